@@ -1,0 +1,156 @@
+"""Pick a device and an autocast dtype, and report what this machine runs fast."""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+KNOWN_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
+    major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    return (major, minor) >= wanted
+
+
+def _device_available(device_type: str) -> bool:
+    if device_type == "cpu":
+        return True
+    if device_type == "cuda":
+        return torch.cuda.is_available()
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+def pick_device(preferred: str | torch.device | None = None) -> torch.device:
+    """Return ``preferred`` after checking it, or the best available device (CUDA, then MPS, then CPU).
+
+    Raises ``ValueError`` for a device type PyTorch-on-this-course does not know, and ``RuntimeError``
+    for a known one that this machine does not have, naming what to use instead.
+    """
+    if preferred is None:
+        for device_type in ("cuda", "mps"):
+            if _device_available(device_type):
+                return torch.device(device_type)
+        return torch.device("cpu")
+    try:
+        device = torch.device(preferred)
+    except RuntimeError as error:
+        raise ValueError(
+            f"Unknown device {preferred!r}: use one of {', '.join(KNOWN_DEVICE_TYPES)} "
+            "or call pick_device() with no argument to take the best available one."
+        ) from error
+    if device.type not in KNOWN_DEVICE_TYPES:
+        raise ValueError(
+            f"Device type {device.type!r} is not covered by this course: use one of "
+            f"{', '.join(KNOWN_DEVICE_TYPES)}, or pick_device() for the best available one."
+        )
+    if not _device_available(device.type):
+        raise RuntimeError(
+            f"No {device.type} device is available on this machine: use 'cpu', "
+            "or pick_device() to take the best device there is."
+        )
+    return device
+
+
+def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
+    """The low-precision dtypes that ``torch.amp.autocast(device_type, dtype=...)`` accepts here."""
+    if device_type == "cpu":
+        # CPU autocast: bfloat16 always; float16 since PyTorch 2.2.
+        if _version_at_least(torch.__version__, (2, 2)):
+            return (torch.bfloat16, torch.float16)
+        return (torch.bfloat16,)
+    if device_type == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return (torch.float16, torch.bfloat16)
+        return (torch.float16,)
+    if device_type == "mps":
+        return (torch.float16, torch.bfloat16)
+    raise ValueError(f"Unknown device type {device_type!r}: use one of {', '.join(KNOWN_DEVICE_TYPES)}.")
+
+
+def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
+    """Return ``dtype`` if autocast on ``device_type`` supports it, else raise a ``ValueError`` naming the fix.
+
+    PyTorch itself only *warns* and silently disables autocast for an unsupported dtype; this fails loudly.
+    """
+    supported = supported_autocast_dtypes(device_type)
+    if dtype not in supported:
+        names = ", ".join(str(d) for d in supported)
+        raise ValueError(
+            f"autocast on {device_type!r} cannot use {dtype} with torch {torch.__version__}: "
+            f"it supports {names}. Use autocast_dtype({device_type!r}) for the recommended one."
+        )
+    return dtype
+
+
+def autocast_dtype(device: str | torch.device) -> torch.dtype:
+    """The autocast dtype this course uses on ``device``: bfloat16 where supported, else float16 (CUDA)."""
+    device_type = torch.device(device).type
+    supported = supported_autocast_dtypes(device_type)
+    return torch.bfloat16 if torch.bfloat16 in supported else torch.float16
+
+
+def cpu_flags() -> set[str]:
+    """CPU feature flags from /proc/cpuinfo (empty where that file does not exist, e.g. macOS)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return set()
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def fast_dtypes(device: str | torch.device) -> dict[str, str]:
+    """For each of float32/bfloat16/float16: what to expect of its matmul speed on ``device``, and why."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        name = torch.cuda.get_device_name(device)
+        tensor_cores = major >= 7
+        return {
+            "float32": f"{name}: full speed FP32; TF32 tensor cores only if enabled" if major >= 8
+            else f"{name}: full speed FP32",
+            "float16": f"{name}: tensor cores (sm_{major}{minor}), fast" if tensor_cores
+            else f"{name}: no tensor cores (sm_{major}{minor}); little gain",
+            "bfloat16": f"{name}: tensor cores (sm_{major}{minor}), fast" if major >= 8
+            else f"{name}: not supported natively before sm_80",
+        }
+    if device.type == "mps":
+        return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: fast", "bfloat16": "Apple GPU: recent macOS only"}
+    flags = cpu_flags()
+    bf16 = {"avx512_bf16", "amx_bf16"} & flags
+    fp16 = {"avx512_fp16", "amx_fp16"} & flags
+    return {
+        "float32": "CPU: baseline (vectorised FP32)",
+        "bfloat16": f"CPU: native bf16 instructions ({', '.join(sorted(bf16))}), fast" if bf16
+        else "CPU: no native bf16; converted through fp32, little or no gain",
+        "float16": f"CPU: native fp16 instructions ({', '.join(sorted(fp16))})" if fp16
+        else "CPU: no native fp16 math; emulated through fp32, expect it to be much SLOWER",
+    }
+
+
+def environment_report(device: str | torch.device | None = None) -> dict[str, str]:
+    """Versions, the chosen device and the autocast dtype for it, as a dict of strings to print."""
+    device = pick_device(device)
+    try:
+        import torchvision
+
+        torchvision_version = torchvision.__version__
+    except ImportError:  # pragma: no cover - torchvision is in requirements.txt
+        torchvision_version = "not installed"
+    report = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision_version,
+        "device": str(device),
+        "cpu threads": str(torch.get_num_threads()),
+        "cpu vector ISA (torch)": torch.backends.cpu.get_cpu_capability(),
+        "cuda available": str(torch.cuda.is_available()),
+        "autocast dtype here": str(autocast_dtype(device)),
+    }
+    if device.type == "cuda":
+        report["gpu"] = torch.cuda.get_device_name(device)
+        report["compute capability"] = "%d.%d" % torch.cuda.get_device_capability(device)
+    return report

@@ -1,0 +1,46 @@
+"""Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution computed by code.
+
+Solutions live in ``helpers/solutions/nbNN.py`` as functions, so the notebooks do not give them away,
+and no answer is typed in by hand: each one is computed with PyTorch when checked.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any, Callable
+
+Solution = Callable[[], Any]
+
+
+def solution(key: str) -> Any:
+    """The computed answer of exercise ``key`` ("NN.k": notebook NN, exercise k)."""
+    notebook = key.split(".")[0]
+    try:
+        module = importlib.import_module(f"helpers.solutions.nb{notebook}")
+    except ModuleNotFoundError as error:
+        raise KeyError(f"No solutions for notebook {notebook} (exercise {key!r})") from error
+    if key not in module.SOLUTIONS:
+        raise KeyError(f"Unknown exercise {key!r}; known: {', '.join(sorted(module.SOLUTIONS))}")
+    return module.SOLUTIONS[key]()
+
+
+def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
+    if isinstance(expected, bool) or isinstance(answer, bool):
+        return answer is expected or answer == expected
+    if isinstance(expected, (int, float)) and isinstance(answer, (int, float)):
+        if math.isnan(expected):
+            return math.isnan(answer)
+        return math.isclose(answer, expected, rel_tol=rel_tol, abs_tol=0.0)
+    if isinstance(expected, str) and isinstance(answer, str):
+        return answer.strip().lower() == expected.strip().lower()
+    return answer == expected
+
+
+def check(key: str, answer: Any, rel_tol: float = 1e-6) -> bool | None:
+    """Print whether ``answer`` solves exercise ``key``; return True/False, or None if not answered yet."""
+    if answer is None:
+        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell again.")
+        return None
+    correct = _matches(answer, solution(key), rel_tol)
+    print(f"Exercise {key}: {'correct!' if correct else 'not yet: try again (the hint may help).'}")
+    return correct

@@ -1,0 +1,1 @@
+"""Solutions to the exercises of the notebooks, one module per notebook."""

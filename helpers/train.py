@@ -1,0 +1,114 @@
+"""One training loop and one evaluation loop, for fp32, autocast (bf16 or fp16) and GradScaler runs."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .device import check_autocast_dtype
+
+
+@dataclass
+class TrainLog:
+    """What a training run recorded: the loss of every step, the scaler's scale, the wall time."""
+
+    losses: list[float] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)  # GradScaler.get_scale() after each update
+    skipped_steps: int = 0  # steps whose optimizer.step() the scaler skipped (inf/NaN gradients)
+    seconds: float = 0.0
+
+
+def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> torch.amp.GradScaler:
+    """A ``torch.amp.GradScaler`` for fp16 autocast; raises for bf16 or fp32, where no scaler is needed."""
+    if amp_dtype != torch.float16:
+        raise ValueError(
+            f"No GradScaler is needed with {amp_dtype}: bfloat16 and float32 have float32's exponent range, "
+            "so small gradients do not underflow. Use a scaler with float16 autocast only."
+        )
+    return torch.amp.GradScaler(device_type, **kwargs)
+
+
+def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
+          amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
+          scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, max_steps: int | None = None) -> TrainLog:
+    """Train ``model`` on ``batches`` of (inputs, labels); returns a :class:`TrainLog`.
+
+    ``amp_dtype=None`` trains in plain fp32; otherwise forward and loss run under
+    ``torch.amp.autocast(device_type, dtype=amp_dtype)`` and backward runs outside it. ``scaler`` is a
+    ``torch.amp.GradScaler`` (fp16 only); ``scheduler`` is stepped after every optimizer step. The device
+    is the one the model's parameters live on.
+    """
+    device = next(model.parameters()).device
+    if amp_dtype is not None:
+        check_autocast_dtype(device.type, amp_dtype)
+    if scaler is not None and amp_dtype != torch.float16:
+        make_scaler(device.type, amp_dtype)  # raises the explanatory error
+    log = TrainLog()
+    model.train()
+    start = time.perf_counter()
+    step = 0
+    for _ in range(epochs):
+        for inputs, labels in batches:
+            if max_steps is not None and step >= max_steps:
+                break
+            inputs, labels = inputs.to(device), labels.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            with torch.amp.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                loss = F.cross_entropy(model(inputs), labels)
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scale_before = scaler.get_scale()
+                scaler.step(optimizer)
+                scaler.update()
+                log.scales.append(scaler.get_scale())
+                log.skipped_steps += int(log.scales[-1] < scale_before)
+            if scheduler is not None:
+                scheduler.step()
+            log.losses.append(loss.item())
+            step += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    log.seconds = time.perf_counter() - start
+    model.eval()
+    return log
+
+
+@dataclass
+class EvalResult:
+    """Accuracy and the raw logits (float32) of an evaluation run."""
+
+    accuracy: float
+    logits: torch.Tensor
+    predictions: torch.Tensor
+
+
+@torch.inference_mode()
+def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch_size: int = 500,
+             input_dtype: torch.dtype | None = None, amp_dtype: torch.dtype | None = None) -> EvalResult:
+    """Evaluate ``model`` on a ``TensorDataset`` of (inputs, labels) in eval mode under inference_mode.
+
+    ``input_dtype`` casts the inputs (use it with a ``.half()``/``.bfloat16()`` model); ``amp_dtype`` runs
+    the forward pass under autocast instead. Logits are returned as float32 for comparison.
+    """
+    device = next(model.parameters()).device
+    if amp_dtype is not None:
+        check_autocast_dtype(device.type, amp_dtype)
+    model.eval()
+    inputs, labels = dataset.tensors
+    chunks = []
+    for start in range(0, len(inputs), batch_size):
+        x = inputs[start : start + batch_size].to(device)
+        if input_dtype is not None:
+            x = x.to(input_dtype)
+        with torch.amp.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            chunks.append(model(x).float().cpu())
+    logits = torch.cat(chunks)
+    predictions = logits.argmax(dim=1)
+    return EvalResult(accuracy=(predictions == labels).float().mean().item(), logits=logits, predictions=predictions)

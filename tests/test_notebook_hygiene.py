@@ -1,0 +1,73 @@
+"""The committed notebooks are executed in order, clean, and follow the course's anatomy."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+MACHINE_PATH = re.compile(r"(/root/|/tmp/|/work/|/home/|/Users/|site-packages|[A-Z]:\\\\)")
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_notebooks_exist():
+    assert NOTEBOOKS, "no notebooks found in notebooks/"
+    assert NOTEBOOKS[0].name.startswith("00_")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_executed_in_order_from_a_fresh_kernel(path):
+    counts = [c["execution_count"] for c in cells(path) if c["cell_type"] == "code"]
+    assert counts == list(range(1, len(counts) + 1)), f"{path.name}: re-run it top to bottom from a fresh kernel"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_outputs_are_clean(path):
+    for i, cell in enumerate(cells(path)):
+        for output in cell.get("outputs", []):
+            where = f"{path.name} cell {i}"
+            assert output.get("name") != "stderr", f"{where}: stderr output (a warning?)"
+            if output["output_type"] == "error":
+                assert "NBVAL_RAISES_EXCEPTION" in source(cell), f"{where}: unexpected error"
+            assert not MACHINE_PATH.search(json.dumps(output)), f"{where}: output shows a path of this machine"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_anatomy(path):
+    all_cells = cells(path)
+    first = source(all_cells[0])
+    prefix = path.name[:2]
+    assert re.match(rf"# {prefix} · \S", first), f"{path.name}: first cell must start with '# {prefix} · Title'"
+    for needed in ("Why this matters", "Learning goals", "Time estimate"):
+        assert needed in first, f"{path.name}: the first cell lacks '{needed}'"
+    markdown = [source(c) for c in all_cells if c["cell_type"] == "markdown"]
+    summary = [m for m in markdown if m.startswith("## Summary")]
+    assert summary and "|" in summary[0], f"{path.name}: needs a '## Summary' cell with a table"
+    assert any(m.startswith("## Exercises") for m in markdown), f"{path.name}: needs '## Exercises'"
+    code = "\n".join(source(c) for c in all_cells if c["cell_type"] == "code")
+    assert re.search(rf"check\(\"{prefix}\.\d+\"", code), f"{path.name}: exercises need check(\"{prefix}.k\", ...)"
+
+
+@pytest.mark.parametrize("index", range(len(NOTEBOOKS)), ids=lambda i: NOTEBOOKS[i].name)
+def test_navigation_links(index):
+    path = NOTEBOOKS[index]
+    all_cells = cells(path)
+    ends = [source(all_cells[0]), source(all_cells[-1])]
+    wanted = ["../README.md"]
+    if index > 0:
+        wanted.append(f"({NOTEBOOKS[index - 1].name})")
+    if index < len(NOTEBOOKS) - 1:
+        wanted.append(f"({NOTEBOOKS[index + 1].name})")
+    for text, where in zip(ends, ("first", "last")):
+        for link in wanted:
+            assert link in text, f"{path.name}: the {where} cell needs a link {link}"
