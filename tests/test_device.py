@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+import helpers
+from helpers import device as device_module
+
+
+def test_pick_device_defaults_to_an_available_device():
+    device = helpers.pick_device()
+    assert device.type in ("cpu", "cuda", "mps")
+    if torch.cuda.is_available():
+        assert device.type == "cuda"
+
+
+def test_pick_device_accepts_cpu():
+    assert helpers.pick_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["tpu", "gpu", "not-a-device"])
+def test_unknown_device_is_a_value_error_naming_the_choices(name):
+    with pytest.raises(ValueError, match="cpu, cuda, mps"):
+        helpers.pick_device(name)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_missing_cuda_is_a_runtime_error_naming_the_fix():
+    with pytest.raises(RuntimeError, match="No cuda device.*use 'cpu'"):
+        helpers.pick_device("cuda")
+
+
+def test_cpu_autocast_dtypes_follow_the_torch_version(monkeypatch):
+    assert torch.bfloat16 in helpers.supported_autocast_dtypes("cpu")
+    monkeypatch.setattr(device_module.torch, "__version__", "2.1.2")
+    assert helpers.supported_autocast_dtypes("cpu") == (torch.bfloat16,)
+    monkeypatch.setattr(device_module.torch, "__version__", "2.2.0+cpu")
+    assert torch.float16 in helpers.supported_autocast_dtypes("cpu")
+
+
+def test_check_autocast_dtype_rejects_what_autocast_would_silently_disable():
+    assert helpers.check_autocast_dtype("cpu", torch.bfloat16) is torch.bfloat16
+    with pytest.raises(ValueError, match="cannot use torch.float64.*autocast_dtype"):
+        helpers.check_autocast_dtype("cpu", torch.float64)
+    with pytest.raises(ValueError, match="Unknown device type"):
+        helpers.check_autocast_dtype("tpu", torch.bfloat16)
+
+
+def test_autocast_dtype_is_bf16_on_cpu():
+    assert helpers.autocast_dtype("cpu") is torch.bfloat16
+
+
+def test_fast_dtypes_reads_cpu_flags(monkeypatch):
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16"})
+    report = helpers.fast_dtypes("cpu")
+    assert "native bf16" in report["bfloat16"] and "emulated" in report["float16"]
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: set())
+    assert "no native bf16" in helpers.fast_dtypes("cpu")["bfloat16"]
+
+
+def test_environment_report_names_versions_and_device():
+    report = helpers.environment_report("cpu")
+    assert report["torch"] == torch.__version__
+    assert report["device"] == "cpu"
+    assert report["autocast dtype here"] == "torch.bfloat16"

@@ -1,0 +1,112 @@
+import pytest
+import torch
+from torch import nn
+
+import helpers
+from helpers.dtype_trace import dtype_summary, record_ops
+
+
+def tiny_setup(seed=0):
+    torch.manual_seed(seed)
+    model = helpers.ShapesCNN(widths=(8, 8, 8, 8))
+    loader = helpers.make_loader(helpers.shapes_dataset("train", n=64), batch_size=32, seed=seed)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), loader
+
+
+def test_fp32_training_lowers_the_loss_and_logs_every_step():
+    model, optimizer, loader = tiny_setup()
+    log = helpers.train(model, loader, optimizer, epochs=6)
+    assert len(log.losses) == 12 and log.seconds > 0 and log.scales == []
+    assert log.losses[-1] < log.losses[0]
+    assert not model.training
+
+
+def test_autocast_training_runs_forward_in_bf16():
+    model, optimizer, loader = tiny_setup()
+    seen = []
+    model.features[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    helpers.train(model, loader, optimizer, amp_dtype=torch.bfloat16, max_steps=1)
+    assert seen == [torch.bfloat16]
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
+
+
+def test_max_steps_and_scheduler():
+    model, optimizer, loader = tiny_setup()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    log = helpers.train(model, loader, optimizer, epochs=5, scheduler=scheduler, max_steps=3)
+    assert len(log.losses) == 3
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**3)
+
+
+def test_scaler_with_fp16_records_the_scale():
+    model, optimizer, loader = tiny_setup()
+    scaler = helpers.make_scaler("cpu", torch.float16, init_scale=2.0**10)
+    log = helpers.train(model, loader, optimizer, amp_dtype=torch.float16, scaler=scaler, max_steps=2)
+    assert len(log.scales) == 2 and log.scales[0] <= 2.0**10
+
+
+def test_scaler_with_bf16_is_refused_with_an_explanation():
+    with pytest.raises(ValueError, match="No GradScaler is needed with torch.bfloat16"):
+        helpers.make_scaler("cpu", torch.bfloat16)
+    model, optimizer, loader = tiny_setup()
+    with pytest.raises(ValueError, match="exponent range"):
+        helpers.train(model, loader, optimizer, amp_dtype=torch.bfloat16,
+                      scaler=torch.amp.GradScaler("cpu"), max_steps=1)
+
+
+def test_unsupported_autocast_dtype_is_refused():
+    model, optimizer, loader = tiny_setup()
+    with pytest.raises(ValueError, match="cannot use torch.float64"):
+        helpers.train(model, loader, optimizer, amp_dtype=torch.float64, max_steps=1)
+    with pytest.raises(ValueError, match="cannot use torch.float64"):
+        helpers.evaluate(model, helpers.shapes_dataset("test", n=8), amp_dtype=torch.float64)
+
+
+def test_evaluate_casts_inputs_and_returns_float_logits():
+    model = helpers.load_reference_model().bfloat16()
+    result = helpers.evaluate(model, helpers.shapes_dataset("test", n=100), input_dtype=torch.bfloat16)
+    assert result.logits.dtype == torch.float32 and result.logits.shape == (100, 8)
+    assert result.accuracy > 0.9
+
+
+def test_parameter_bytes_halve_with_half():
+    model = helpers.ShapesCNN()
+    full = helpers.parameter_bytes(model, include_buffers=False)
+    assert full == 4 * sum(p.numel() for p in model.parameters())
+    assert helpers.parameter_bytes(model.half(), include_buffers=False) * 2 == full
+
+
+def test_saved_activation_bytes_counts_what_backward_needs():
+    lin = nn.Linear(100, 100)
+    x = torch.randn(64, 100)
+    fp32 = helpers.saved_activation_bytes(lambda: torch.relu(lin(x)).sum(), exclude=lin)
+    # Linear saves its input (64x100 float32) and ReLU saves its output (64x100 float32).
+    assert fp32 == 2 * 64 * 100 * 4
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = helpers.saved_activation_bytes(lambda: torch.relu(lin(x)).sum(), exclude=lin)
+    assert bf16 < fp32
+    with torch.no_grad():
+        assert helpers.saved_activation_bytes(lambda: lin(x), exclude=lin) == 0
+
+
+def test_time_it_measures_with_all_threads():
+    measurement = helpers.time_it(lambda: torch.ones(10).sum(), min_run_time=0.05)
+    assert measurement.median > 0
+    assert measurement.task_spec.num_threads == torch.get_num_threads()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
+def test_peak_cuda_memory_needs_cuda():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        helpers.peak_cuda_memory(lambda: None)
+
+
+def test_record_ops_sees_autocast_casts_and_promotion():
+    lin = nn.Linear(4, 4)
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        out, records = record_ops(lambda: lin(torch.randn(2, 4)))
+    assert out.dtype == torch.bfloat16
+    summary = dtype_summary(records)
+    assert summary["addmm"][torch.bfloat16] == 1 and summary["_to_copy"][torch.bfloat16] >= 2
+    _, records = record_ops(lambda: torch.ones(2, dtype=torch.float16) + torch.ones(2))
+    assert [r.name for r in records if r.mixes_dtypes] == ["add"]
