@@ -1,19 +1,20 @@
 """Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution computed by code.
 
 Solutions live in ``helpers/solutions/nbNN.py`` as functions, so the notebooks do not give them away,
-and no answer is typed in by hand: each one is computed with PyTorch when checked.
+and no answer is typed in by hand: each one is computed with PyTorch when checked. A module may also define
+``TOLERANCES = {"NN.k": rel_tol}`` for answers a learner will reasonably give rounded.
 """
 from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable
+from types import ModuleType
+from typing import Any
 
-Solution = Callable[[], Any]
+DEFAULT_REL_TOL = 1e-6
 
 
-def solution(key: str) -> Any:
-    """The computed answer of exercise ``key`` ("NN.k": notebook NN, exercise k)."""
+def _solutions_module(key: str) -> ModuleType:
     notebook = key.split(".")[0]
     try:
         module = importlib.import_module(f"helpers.solutions.nb{notebook}")
@@ -21,7 +22,17 @@ def solution(key: str) -> Any:
         raise KeyError(f"No solutions for notebook {notebook} (exercise {key!r})") from error
     if key not in module.SOLUTIONS:
         raise KeyError(f"Unknown exercise {key!r}; known: {', '.join(sorted(module.SOLUTIONS))}")
-    return module.SOLUTIONS[key]()
+    return module
+
+
+def solution(key: str) -> Any:
+    """The computed answer of exercise ``key`` ("NN.k": notebook NN, exercise k)."""
+    return _solutions_module(key).SOLUTIONS[key]()
+
+
+def tolerance(key: str) -> float:
+    """The relative tolerance exercise ``key`` accepts (its module's TOLERANCES entry, else 1e-6)."""
+    return getattr(_solutions_module(key), "TOLERANCES", {}).get(key, DEFAULT_REL_TOL)
 
 
 def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
@@ -36,11 +47,14 @@ def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
     return answer == expected
 
 
-def check(key: str, answer: Any, rel_tol: float = 1e-6) -> bool | None:
-    """Print whether ``answer`` solves exercise ``key``; return True/False, or None if not answered yet."""
+def check(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
+    """Print whether ``answer`` solves exercise ``key``; return True/False, or None if not answered yet.
+
+    Numbers are compared with ``rel_tol`` (default: the exercise's own tolerance, see :func:`tolerance`).
+    """
     if answer is None:
         print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell again.")
         return None
-    correct = _matches(answer, solution(key), rel_tol)
+    correct = _matches(answer, solution(key), tolerance(key) if rel_tol is None else rel_tol)
     print(f"Exercise {key}: {'correct!' if correct else 'not yet: try again (the hint may help).'}")
     return correct

@@ -18,10 +18,11 @@ def test_check_accepts_right_rejects_wrong_and_waits_for_none(capsys):
     assert "correct" in out and "not yet" in out and "not answered yet" in out
 
 
-def test_check_tolerates_rounding_only_within_tolerance():
-    assert helpers.check("00.3", 5.960464477539063e-08)
+def test_check_tolerates_rounding_only_within_the_exercise_tolerance():
+    assert helpers.check("00.3", 5.96e-08)  # as printed in notebook 00
     assert not helpers.check("00.3", 6e-08)
     assert helpers.check("00.3", 6e-08, rel_tol=0.01)
+    assert not helpers.check("00.2", 1.0001)  # no tolerance entry: default 1e-6
 
 
 def test_unknown_exercises_are_reported():
