@@ -7,6 +7,7 @@ from .device import (autocast_dtype, check_autocast_dtype, environment_report, f
                      supported_autocast_dtypes)
 from .exercises import check
 from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacing
-from .measure import parameter_bytes, peak_cuda_memory, saved_activation_bytes, time_it
+from .measure import (parameter_bytes, peak_cuda_memory, saved_activation_bytes, saved_activation_bytes_by_dtype,
+                      time_it)
 from .model import ShapesCNN, load_reference_model
 from .train import EvalResult, TrainLog, evaluate, make_scaler, train

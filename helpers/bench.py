@@ -4,26 +4,397 @@ Record format (one JSON file per machine and device; "schema": 1):
 
     {"schema": 1, "created": ISO time, "command": the command line that produced it,
      "machine": {"device": "cpu" | "cuda", "device_name": str, "threads": int, "gpu_capability": "9.0" | null},
-     "versions": {"torch": str, "torchvision": str, "python": str, "cuda": str | null},
-     "settings": {...: what was measured and how},
-     "gemm": [{"dtype": "float32" | "tf32" | "float16" | "bfloat16", "n": int, "tflops": float, "seconds": float}],
-     "inference": [{"model": "resnet50", "dtype": "float32" | "float16" | "bfloat16" | "autocast_bfloat16" | ...,
-                    "batch": int, "images_per_s": float, "latency_ms": float, "peak_memory_bytes": int | null}],
-     "train_step": [{"model": str, "mode": "float32" | "autocast_float16" | "autocast_bfloat16", "batch": int,
-                     "step_ms": float, "peak_memory_bytes": int | null}]}
+     "versions": {"torch": str, "torchvision": str, "python": str, "cuda": str | null, "cudnn": int | null},
+     "settings": {...: what was measured and how, what was left out and why, a free-text "note"},
+     "gemm": [{"dtype": "float32" | "tf32" | "float16" | "bfloat16", "n": int, "tflops": float | null,
+               "seconds": float | null, "absent": "<why>" (only where the dtype does not exist on the device)}],
+     "inference": [{"model": "resnet50", "dtype": one of INFERENCE_MODES, "batch": int, "images_per_s": float,
+                    "latency_ms": float, "peak_memory_bytes": int}],
+     "train_step": [{"model": str, "mode": one of TRAIN_MODES, "batch": int, "step_ms": float,
+                     "peak_memory_bytes": int}]}
+
+Modes. "float32" is strict fp32: TF32 off for matmuls and cuDNN (whose PyTorch default is TF32 on); "tf32"
+(CUDA from Ampere on) turns both on; every other mode runs with TF32 off. "float16"/"bfloat16": ``model.half()``/
+``.bfloat16()`` and inputs of that dtype; "autocast_*": the fp32 model under ``torch.amp.autocast``. Inference:
+eval mode, ``torch.inference_mode()``, channels_last. Training step: SGD on cross-entropy, a ``GradScaler`` for
+autocast_float16. Each measurement makes one warm-up call, then one call for memory, then ``helpers.time_it``.
+
+"peak_memory_bytes": what one call allocates at its peak on top of what existed before it (weights, inputs,
+optimizer state): on CUDA the allocator's peak minus what was allocated before (cuDNN workspaces included),
+elsewhere the peak of the tensors the call creates (:func:`peak_tensor_bytes`; kernels' scratch buffers unseen).
+
+Reading: :func:`load_records`, :func:`results_markdown` (``--readme``), :func:`plot_inference`.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import copy
+import datetime
 import json
+import platform
+import re
+import shlex
+import sys
+import time
 from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
 
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .device import cpu_flags
+from .measure import peak_cuda_memory, time_it
 from .model import DATA_DIR
 
 BENCH_DIR = DATA_DIR / "benchmarks"
 REPRODUCE = "python -m helpers.bench"
+
+GEMM_DTYPES = ("float32", "tf32", "float16", "bfloat16")
+INFERENCE_MODES = ("float32", "tf32", "float16", "bfloat16", "autocast_float16", "autocast_bfloat16")
+TRAIN_MODES = ("float32", "tf32", "autocast_float16", "autocast_bfloat16")
+MODEL = "resnet50"
 
 
 def load_records(directory: str | Path = BENCH_DIR, device: str | None = None) -> list[dict]:
     """All recorded benchmark files (sorted by name), optionally only those of one device type."""
     records = [json.loads(path.read_text()) for path in sorted(Path(directory).glob("*.json"))]
     return [r for r in records if device is None or r["machine"]["device"] == device]
+
+
+def absent_reason(mode: str, device: str | torch.device) -> str | None:
+    """Why ``mode`` (a GEMM dtype, inference or training mode) does not exist on ``device``; None when it does."""
+    device = torch.device(device)
+    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
+    if "tf32" in mode and (major is None or major < 8):
+        return f"no TF32 on {device.type}: it is a tensor-core mode of NVIDIA GPUs from Ampere (sm_80) on"
+    if "bfloat16" in mode and major is not None and major < 8:
+        return "no bf16 tensor cores before Ampere (sm_80)"
+    return None
+
+
+def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
+    """The sizes measured on ``device_type`` ('cpu' or 'cuda'); ``quick``: tiny sizes for a smoke test. fp16 is
+    emulated on most CPUs (30-500x slower): there, fp16 inference runs at two batch sizes and fp16 training not."""
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"The recorder measures 'cpu' or 'cuda', not {device_type!r}.")
+    gemm_n, batches, image_size, train_batch, min_run_time = {
+        "quick": (64, [1, 2], 64, 2, 0.05), "cuda": (8192, [1, 8, 32, 64, 128, 256], 224, 128, 1.0),
+        "cpu": (1024, [1, 8, 32], 224, 8, 0.5)}["quick" if quick else device_type]
+    inference_batches = {mode: list(batches) for mode in INFERENCE_MODES}
+    train_modes, left_out = list(TRAIN_MODES), {}
+    if device_type == "cpu":
+        for mode in ("float16", "autocast_float16"):
+            inference_batches[mode] = batches[:2]
+        left_out["float16 inference"] = f"batches {batches[:2]} only: fp16 is emulated on most CPUs, very slow"
+        train_modes.remove("autocast_float16")
+        left_out["train autocast_float16"] = "fp16 is emulated on most CPUs: a training step would take minutes"
+    return {"quick": quick, "model": MODEL, "image_size": image_size, "channels_last": True,
+            "cudnn_benchmark": device_type == "cuda", "gemm_n": gemm_n, "inference_batches": inference_batches,
+            "train_batch": train_batch, "train_modes": train_modes,
+            "train_optimizer": "SGD(lr=0.01, momentum=0.9); cross-entropy on random labels",
+            "float32": "strict fp32: TF32 off for matmul and cuDNN; 'tf32' is measured as its own mode",
+            "min_run_time_s": min_run_time, "left_out": left_out}
+
+
+@contextlib.contextmanager
+def tf32_flags(enabled: bool) -> Iterator[None]:
+    """Set TF32 for CUDA matmuls and cuDNN convolutions to ``enabled`` inside the block, then restore both."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def parameter_dtype(mode: str) -> torch.dtype:
+    """The dtype of the weights and inputs in ``mode``: fp16/bf16 for a converted model, else fp32."""
+    if mode not in INFERENCE_MODES:
+        raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(INFERENCE_MODES)}.")
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(mode, torch.float32)
+
+
+def autocast_context(mode: str, device_type: str) -> contextlib.AbstractContextManager:
+    """``torch.amp.autocast`` for the autocast_* modes, a no-op context for the others."""
+    if parameter_dtype(mode) == torch.float32 and mode.startswith("autocast_"):
+        return torch.amp.autocast(device_type, dtype=getattr(torch, mode.removeprefix("autocast_")))
+    return contextlib.nullcontext()
+
+
+def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """Run ``fn()``; return its result and the peak bytes of tensor storage created while it ran.
+
+    Storage that existed before (weights, inputs) is not counted, nor are views and in-place results (they
+    allocate nothing); a storage counts until it is freed. A device-independent stand-in for the CUDA allocator's
+    peak, that does not see kernels' private scratch buffers.
+    """
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    def storages(values: Any) -> dict[int, torch.UntypedStorage]:
+        return {s.data_ptr(): s for v in tree_leaves(values) if isinstance(v, torch.Tensor)
+                for s in [v.untyped_storage()] if s.nbytes()}
+
+    live: dict[int, tuple[StorageWeakRef, int]] = {}  # data_ptr -> (weak ref, bytes) of storage made during fn
+    peak = 0
+
+    class Tracker(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            nonlocal peak
+            out = func(*args, **(kwargs or {}))
+            existing = storages((args, kwargs))
+            live.update({k: (StorageWeakRef(s), s.nbytes()) for k, s in storages(out).items() if k not in existing})
+            for key in [key for key, (ref, _) in live.items() if ref.expired()]:
+                del live[key]
+            peak = max(peak, sum(n for _, n in live.values()))
+            return out
+
+    with Tracker():
+        result = fn()
+    return result, peak
+
+
+def call_memory(fn: Callable[[], Any], device: str | torch.device) -> int:
+    """Peak bytes one call of ``fn()`` allocates on top of what is already allocated (see "peak_memory_bytes")."""
+    if torch.device(device).type != "cuda":
+        return peak_tensor_bytes(fn)[1]
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)  # weights, inputs, other models: not this call's
+    return peak_cuda_memory(fn, device) - before
+
+
+def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str, min_run_time: float,
+             with_memory: bool = True) -> tuple[float, int | None]:
+    """One warm-up call, then (median seconds, peak bytes of one call), with TF32 on only in 'tf32' modes."""
+    with tf32_flags(mode == "tf32"):
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the warm-up (and cudnn.benchmark's autotuning) ends before timing
+        memory = call_memory(fn, device) if with_memory else None
+        seconds = time_it(fn, label=label, sub_label=mode, min_run_time=min_run_time).median
+    return seconds, memory
+
+
+def gemm(dtype: str, n: int, device: str | torch.device = "cpu", min_run_time: float = 0.5) -> dict[str, Any]:
+    """TFLOP/s of an n x n @ n x n matmul in ``dtype`` (one of GEMM_DTYPES); absent (null) where it does not exist."""
+    device = torch.device(device)
+    if dtype not in GEMM_DTYPES:
+        raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
+    if absent_reason(dtype, device):
+        return {"dtype": dtype, "n": n, "tflops": None, "seconds": None, "absent": absent_reason(dtype, device)}
+    generator = torch.Generator(device).manual_seed(0)
+    torch_dtype = torch.float32 if dtype == "tf32" else getattr(torch, dtype)  # TF32 is a mode of fp32 matmuls
+    a, b = (torch.randn(n, n, device=device, generator=generator, dtype=torch_dtype) for _ in range(2))
+    seconds, _ = _measure(lambda: a @ b, device, "gemm", dtype, min_run_time, with_memory=False)
+    return {"dtype": dtype, "n": n, "tflops": 2 * n**3 / seconds / 1e12, "seconds": seconds}
+
+
+def prepare_model(model: nn.Module, mode: str, device: str | torch.device = "cpu") -> nn.Module:
+    """A copy of fp32 ``model`` for inference in ``mode``: on ``device``, converted, eval mode, channels_last."""
+    return copy.deepcopy(model).to(device=device, dtype=parameter_dtype(mode)).eval().to(
+        memory_format=torch.channels_last)
+
+
+def _images(batch: int, image_size: int, device: torch.device, dtype: torch.dtype):
+    """Random channels_last images (seeded by the batch size) and the generator that made them."""
+    generator = torch.Generator(device).manual_seed(batch)
+    x = torch.randn(batch, 3, image_size, image_size, device=device, generator=generator)
+    return x.to(dtype).contiguous(memory_format=torch.channels_last), generator
+
+
+def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224, min_run_time: float = 0.5,
+              model_name: str = MODEL) -> dict[str, Any]:
+    """Latency, throughput and memory of ``net`` (from :func:`prepare_model`) on a batch of random images."""
+    device = next(net.parameters()).device
+    x, _ = _images(batch, image_size, device, parameter_dtype(mode))
+
+    def forward() -> torch.Tensor:
+        with torch.inference_mode(), autocast_context(mode, device.type):
+            return net(x)
+
+    seconds, memory = _measure(forward, device, "inference", mode, min_run_time)
+    return {"model": model_name, "dtype": mode, "batch": batch, "images_per_s": batch / seconds,
+            "latency_ms": seconds * 1e3, "peak_memory_bytes": memory}
+
+
+def train_step(model: nn.Module, mode: str, batch: int, *, device: str | torch.device = "cpu",
+               image_size: int = 224, min_run_time: float = 0.5, model_name: str = MODEL,
+               num_classes: int = 1000) -> dict[str, Any]:
+    """Time and memory of one SGD step of a copy of fp32 ``model`` in ``mode`` (one of TRAIN_MODES). The step ends
+    with ``zero_grad(set_to_none=True)``: between calls only the weights and the optimizer state remain."""
+    if mode not in TRAIN_MODES:
+        raise ValueError(f"Unknown training mode {mode!r}: use one of {', '.join(TRAIN_MODES)}.")
+    device = torch.device(device)
+    net = copy.deepcopy(model).to(device, memory_format=torch.channels_last).train()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler(device.type, enabled=mode == "autocast_float16")
+    x, generator = _images(batch, image_size, device, torch.float32)
+    y = torch.randint(0, num_classes, (batch,), device=device, generator=generator)
+
+    def step() -> None:
+        with autocast_context(mode, device.type):
+            loss = F.cross_entropy(net(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    seconds, memory = _measure(step, device, "train step", mode, min_run_time)
+    return {"model": model_name, "mode": mode, "batch": batch, "step_ms": seconds * 1e3, "peak_memory_bytes": memory}
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    """Device type and name, PyTorch's CPU thread count, and the GPU's compute capability."""
+    cpuinfo, cuda = Path("/proc/cpuinfo"), device.type == "cuda"
+    names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), flags=re.M) if cpuinfo.exists() else []
+    cpu_name = names[0].strip() if names else platform.processor() or platform.machine()
+    return {"device": device.type, "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name,
+            "threads": torch.get_num_threads(),
+            "gpu_capability": "%d.%d" % torch.cuda.get_device_capability(device) if cuda else None}
+
+
+def measure(device: str | torch.device | None = None, quick: bool = False, note: str = "",
+            command: str = REPRODUCE, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure GEMMs, the inference sweep and the training step on ``device`` (default: cuda if any, else cpu)."""
+    import torchvision
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("No CUDA device is available here: record this machine with --device cpu.")
+    absent = {m: absent_reason(m, device) for m in INFERENCE_MODES + TRAIN_MODES if absent_reason(m, device)}
+    flags = None if device.type == "cuda" else sorted({"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
+                                                      & cpu_flags())  # the CPU's native 16-bit instructions
+    settings = {**plan(device.type, quick), "absent": absent, "note": note, "cpu_16bit_flags": flags}
+    versions = {"torch": torch.__version__, "torchvision": torchvision.__version__, "python": platform.python_version(),
+                "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None}
+    record: dict[str, Any] = {"schema": 1, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), "command": command, "machine": machine_info(device), "versions": versions,
+        "settings": settings, "gemm": [], "inference": [], "train_step": []}
+    start, saved_benchmark = time.perf_counter(), torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
+    run_time, sizes = settings["min_run_time_s"], {"image_size": settings["image_size"], "model_name": MODEL}
+    try:
+        for dtype in GEMM_DTYPES:
+            record["gemm"].append(gemm(dtype, settings["gemm_n"], device, run_time))
+            progress(f"gemm {record['gemm'][-1]}")
+        torch.manual_seed(0)
+        model = torchvision.models.get_model(MODEL, weights=None)  # random weights: nothing is downloaded
+        for mode, batches in settings["inference_batches"].items():
+            if mode not in absent:
+                net = prepare_model(model, mode, device)
+                for batch in batches:
+                    record["inference"].append(inference(net, mode, batch, min_run_time=run_time, **sizes))
+                    progress(f"inference {record['inference'][-1]}")
+        for mode in [m for m in settings["train_modes"] if m not in absent]:
+            record["train_step"].append(train_step(model, mode, settings["train_batch"], device=device,
+                                                   min_run_time=run_time, **sizes))
+            progress(f"train step {record['train_step'][-1]}")
+    finally:
+        torch.backends.cudnn.benchmark = saved_benchmark
+    settings["wall_seconds"] = round(time.perf_counter() - start, 1)
+    return record
+
+
+def save_record(record: dict, directory: str | Path = BENCH_DIR) -> Path:
+    """Write ``record`` to ``<device>_<device name>.json`` in ``directory`` (one file per machine and device: a
+    re-run replaces it); return the path."""
+    machine = record["machine"]
+    slug = re.sub(r"[^a-z0-9]+", "-", machine["device_name"].lower()).strip("-") or "unknown"
+    path = Path(directory) / f"{machine['device']}_{slug}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "absent"
+    return f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+
+
+def results_markdown(records: Sequence[dict]) -> str:
+    """The README's ``## Results`` section, generated from ``records`` (print it with ``--readme``)."""
+    lines = ["## Results", "",
+             f"Recorded with `{REPRODUCE}` (files in `data/benchmarks/`, format in `helpers/bench.py`); this "
+             f"section is generated by `{REPRODUCE} --readme`. Random-weight ResNet-50 (`weights=None`), "
+             "channels_last, inputs of random images; times are medians from `torch.utils.benchmark` after a "
+             "warm-up call. `float32` is strict fp32 (TF32 off, also for cuDNN, whose PyTorch default is TF32 on); "
+             "`tf32` (NVIDIA GPUs from Ampere on) is measured as its own mode. Peak memory is what one call "
+             "allocates on top of the weights, inputs and optimizer state already in memory: on a GPU the CUDA "
+             "allocator's peak minus what was allocated before (cuDNN workspaces included), on a CPU the peak of "
+             "the tensors the call creates."]
+    if not any(r["machine"]["device"] == "cuda" for r in records):
+        lines += ["", f"**No GPU results are recorded yet.** On a CUDA machine, run `{REPRODUCE}` and commit the "
+                  "file it writes to `data/benchmarks/`; notebooks 01, 03 and 06 and this section pick it up."]
+    for record in records:
+        machine, version = record["machine"], record["versions"]
+        what = machine["device_name"] + (f" (sm {machine['gpu_capability']})" if machine["gpu_capability"] else
+                                         f", {machine['threads']} threads")
+        lines += ["", f"### {machine['device']} · {what} · torch {version['torch']} · {record['created'][:10]}", ""]
+        if record["settings"].get("note"):
+            lines += [f"Note: {record['settings']['note']}", ""]
+        lines += ["Large GEMM (n x n @ n x n):", "", "| dtype | n | TFLOP/s |", "|---|---|---|"]
+        lines += [f"| {e['dtype']} | {e['n']} | {_fmt(e['tflops'])} |" for e in record["gemm"]]
+        batches = sorted({e["batch"] for e in record["inference"]})
+        table = {(e["dtype"], e["batch"]): e["images_per_s"] for e in record["inference"]}
+        lines += ["", f"{record['settings']['model']} inference, images/s by batch size "
+                  "(\"-\": not measured at that size):", "",
+                  "| mode | " + " | ".join(str(b) for b in batches) + " |", "|---" * (len(batches) + 1) + "|"]
+        lines += [f"| {m} | " + " | ".join(_fmt(table[m, b]) if (m, b) in table else "-" for b in batches) + " |"
+                  for m in dict.fromkeys(e["dtype"] for e in record["inference"])]
+        lines += ["", "Training step (SGD, cross-entropy):", "",
+                  "| mode | batch | step ms | peak memory MB |", "|---|---|---|---|"]
+        for e in record["train_step"]:
+            peak = e.get("peak_memory_bytes") or e.get("peak_tensor_bytes")  # older CPU records: peak_tensor_bytes
+            lines.append(f"| {e['mode']} | {e['batch']} | {_fmt(e['step_ms'])} | "
+                         f"{'-' if peak is None else _fmt(peak / 1e6)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_inference(records: Sequence[dict], ax=None, metric: str = "images_per_s"):
+    """Plot an inference ``metric`` against batch size (log-log), one line per record and mode; ``records`` may be
+    dicts with just "machine" and "inference" (e.g. entries measured live)."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        ax = plt.subplots(figsize=(6, 3.5), dpi=80)[1]
+    for record in records:
+        for mode in dict.fromkeys(e["dtype"] for e in record["inference"]):
+            points = [(e["batch"], e[metric]) for e in record["inference"] if e["dtype"] == mode and e.get(metric)]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=f"{record['machine']['device']} · {mode}")
+    ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel=metric.replace("_", " "),
+           title=f"{MODEL}: inference")
+    batches = sorted({e["batch"] for r in records for e in r["inference"]})
+    ax.minorticks_off()
+    ax.set_xticks(batches, [str(b) for b in batches])
+    if ax.lines:
+        ax.legend(fontsize=8)
+    return ax
+
+
+def main(argv: Sequence[str] | None = None) -> dict | None:
+    """Command line: measure and save (default), or print the README section (``--readme``)."""
+    parser = argparse.ArgumentParser(prog=REPRODUCE, description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available, else cpu")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test); needs --out")
+    parser.add_argument("--out", help=f"directory to write the JSON file to (default: data/{BENCH_DIR.name}/)")
+    parser.add_argument("--note", default="", help="free text stored in settings.note (e.g. the machine's state)")
+    parser.add_argument("--readme", action="store_true", help="print the README results section and exit")
+    args = parser.parse_args(argv)
+    if args.readme:
+        print(results_markdown(load_records(args.out or BENCH_DIR)), end="")
+        return None
+    if args.quick and not args.out:
+        parser.error("--quick needs --out DIR: smoke-test results do not belong in data/benchmarks/")
+    command = " ".join([REPRODUCE, shlex.join(argv if argv is not None else sys.argv[1:])]).strip()
+    record = measure(args.device, quick=args.quick, note=args.note, command=command)
+    print(f"wrote {save_record(record, args.out or BENCH_DIR)}")
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 KNOWN_DEVICE_TYPES = ("cpu", "cuda", "mps")
+X86_MACHINES = ("x86_64", "AMD64")  # platform.machine() on x86-64 Linux/macOS and Windows
 
 
 def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
@@ -65,7 +67,9 @@ def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
             return (torch.float16, torch.bfloat16)
         return (torch.float16,)
     if device_type == "mps":
-        return (torch.float16, torch.bfloat16)
+        # MPS autocast is recent (float16 first); ask this torch rather than assume.
+        is_available = getattr(torch.amp.autocast_mode, "is_autocast_available", None)
+        return (torch.float16,) if is_available is not None and is_available("mps") else ()
     raise ValueError(f"Unknown device type {device_type!r}: use one of {', '.join(KNOWN_DEVICE_TYPES)}.")
 
 
@@ -85,10 +89,36 @@ def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
 
 
 def autocast_dtype(device: str | torch.device) -> torch.dtype:
-    """The autocast dtype this course uses on ``device``: bfloat16 where supported, else float16 (CUDA)."""
+    """The autocast dtype this course uses on ``device``: bfloat16 where supported, else float16.
+
+    Raises ``ValueError`` where this torch has no autocast for the device at all.
+    """
     device_type = torch.device(device).type
     supported = supported_autocast_dtypes(device_type)
-    return torch.bfloat16 if torch.bfloat16 in supported else torch.float16
+    if not supported:
+        raise ValueError(f"torch {torch.__version__} has no autocast for {device_type!r}: upgrade torch or use 'cpu'.")
+    return torch.bfloat16 if torch.bfloat16 in supported else supported[0]
+
+
+class AutocastState(NamedTuple):
+    """What autocast would do for one device type in the calling thread."""
+
+    enabled: bool
+    dtype: torch.dtype  # the dtype autocast casts to (the device's default unless a context set it)
+
+
+def autocast_state(device_type: str = "cpu") -> AutocastState:
+    """The calling thread's autocast state for ``device_type`` (autocast state is thread-local).
+
+    Uses the device-generic ``torch.is_autocast_enabled(device_type)``/``torch.get_autocast_dtype(device_type)``
+    where this torch has them, else the older CPU/GPU-specific functions.
+    """
+    try:
+        return AutocastState(torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
+    except (AttributeError, TypeError):  # before the device-generic functions existed
+        if device_type == "cpu":
+            return AutocastState(torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
+        return AutocastState(torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
 
 
 def cpu_flags() -> set[str]:
@@ -103,7 +133,11 @@ def cpu_flags() -> set[str]:
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:
-    """For each of float32/bfloat16/float16: what to expect of its matmul speed on ``device``, and why."""
+    """For each of float32/bfloat16/float16: what to expect of its matmul speed on ``device``, and why.
+
+    On x86 CPUs the verdict comes from the CPU flags; on other CPUs (ARM, ...) it is "unknown on this
+    architecture: measure", since the flags there do not tell which fp16/bf16 kernels PyTorch will use.
+    """
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
@@ -119,6 +153,12 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
         }
     if device.type == "mps":
         return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: fast", "bfloat16": "Apple GPU: recent macOS only"}
+    machine = platform.machine()
+    if machine not in X86_MACHINES:
+        # ARM and other CPUs: fp16/bf16 arithmetic (e.g. ARMv8.2 FP16, SVE/NEON BF16) varies by chip and PyTorch
+        # build, and /proc/cpuinfo flags say little about which kernels PyTorch uses: only a timing can tell.
+        unknown = f"CPU ({machine or 'unknown architecture'}): unknown on this architecture: measure"
+        return {"float32": "CPU: baseline (vectorised FP32)", "bfloat16": unknown, "float16": unknown}
     flags = cpu_flags()
     bf16 = {"avx512_bf16", "amx_bf16"} & flags
     fp16 = {"avx512_fp16", "amx_fp16"} & flags

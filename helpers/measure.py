@@ -33,24 +33,35 @@ def parameter_bytes(model: nn.Module, include_buffers: bool = True) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def saved_activation_bytes(fn: Callable[[], Any], exclude: nn.Module | None = None) -> int:
-    """Bytes of the tensors autograd saves for backward while ``fn()`` runs (each storage counted once).
+def saved_activation_bytes_by_dtype(fn: Callable[[], Any],
+                                    exclude: nn.Module | None = None) -> dict[torch.dtype, int]:
+    """Bytes of the tensors autograd saves for backward while ``fn()`` runs, per dtype, largest first.
 
-    Tensors that are parameters of ``exclude`` (e.g. the model) are left out, so the figure is the
-    activation memory a training step holds between forward and backward.
+    Each tensor counts once; a saved view of a larger tensor (e.g. a batch sliced from a dataset) counts only
+    its own elements. Tensors that are parameters of ``exclude`` (e.g. the model) are left out, so the figures
+    are the activation memory a training step holds between forward and backward. The split shows what
+    autocast shrinks (16-bit activations) and what it does not (e.g. int64 max-pooling indices).
     """
     skip = {p.data_ptr() for p in exclude.parameters()} if exclude is not None else set()
     seen: dict[tuple, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.data_ptr() not in skip:
-            key = (tensor.untyped_storage().data_ptr(), tensor.dtype)
-            seen[key] = tensor.untyped_storage().nbytes()
+            key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
+            seen[key] = tensor.numel() * tensor.element_size()
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         fn()
-    return sum(seen.values())
+    totals: dict[torch.dtype, int] = {}
+    for (_, dtype, _, _), nbytes in seen.items():
+        totals[dtype] = totals.get(dtype, 0) + nbytes
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def saved_activation_bytes(fn: Callable[[], Any], exclude: nn.Module | None = None) -> int:
+    """Total bytes autograd saves for backward while ``fn()`` runs (see :func:`saved_activation_bytes_by_dtype`)."""
+    return sum(saved_activation_bytes_by_dtype(fn, exclude).values())
 
 
 def peak_cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda") -> int:

@@ -48,12 +48,35 @@ def test_autocast_dtype_is_bf16_on_cpu():
     assert helpers.autocast_dtype("cpu") is torch.bfloat16
 
 
+def test_mps_autocast_depends_on_what_this_torch_offers(monkeypatch):
+    monkeypatch.setattr(torch.amp.autocast_mode, "is_autocast_available", lambda device_type: False)
+    assert helpers.supported_autocast_dtypes("mps") == ()
+    with pytest.raises(ValueError, match="no autocast for 'mps'"):
+        helpers.autocast_dtype("mps")
+    monkeypatch.setattr(torch.amp.autocast_mode, "is_autocast_available", lambda device_type: True)
+    assert helpers.autocast_dtype("mps") is torch.float16
+
+
 def test_fast_dtypes_reads_cpu_flags(monkeypatch):
+    monkeypatch.setattr(device_module.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16"})
     report = helpers.fast_dtypes("cpu")
     assert "native bf16" in report["bfloat16"] and "emulated" in report["float16"]
     monkeypatch.setattr(device_module, "cpu_flags", lambda: set())
     assert "no native bf16" in helpers.fast_dtypes("cpu")["bfloat16"]
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16", "avx512_fp16"})
+    assert "native fp16" in helpers.fast_dtypes("cpu")["float16"]
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", ""])
+def test_fast_dtypes_does_not_guess_on_other_cpu_architectures(monkeypatch, machine):
+    monkeypatch.setattr(device_module.platform, "machine", lambda: machine)
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16"})  # ignored off x86
+    report = helpers.fast_dtypes("cpu")
+    for dtype in ("bfloat16", "float16"):
+        assert "unknown on this architecture: measure" in report[dtype]
+        assert "native" not in report[dtype] and "SLOWER" not in report[dtype]
+    assert "baseline" in report["float32"]
 
 
 def test_environment_report_names_versions_and_device():

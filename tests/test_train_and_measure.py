@@ -1,6 +1,7 @@
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import helpers
 from helpers.dtype_trace import dtype_summary, record_ops
@@ -87,6 +88,24 @@ def test_saved_activation_bytes_counts_what_backward_needs():
     assert bf16 < fp32
     with torch.no_grad():
         assert helpers.saved_activation_bytes(lambda: lin(x), exclude=lin) == 0
+    dataset = torch.randn(1000, 100)
+    batch = dataset[:64]  # a view: only its own 64 rows are held for backward, not the dataset
+    assert helpers.saved_activation_bytes(lambda: torch.relu(lin(batch)).sum(), exclude=lin) == fp32
+
+
+def test_saved_bytes_by_dtype_add_up_and_show_what_autocast_keeps():
+    torch.manual_seed(0)
+    model = helpers.ShapesCNN().train()
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 8, (4,))
+
+    def step():
+        with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+            return F.cross_entropy(model(x), y)
+
+    split = helpers.saved_activation_bytes_by_dtype(step, exclude=model)
+    assert sum(split.values()) == helpers.saved_activation_bytes(step, exclude=model)
+    assert torch.int64 in split            # max-pooling indices
+    assert max(split, key=split.get) == torch.bfloat16
 
 
 def test_time_it_measures_with_all_threads():

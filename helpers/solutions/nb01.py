@@ -1,0 +1,57 @@
+"""Solutions to notebook 01 (half-precision inference), computed with PyTorch."""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..data import shapes_dataset
+from ..measure import saved_activation_bytes
+from ..model import load_reference_model
+
+
+def saved_bytes_of_half_model() -> int:
+    """01.1: bytes autograd saves for backward in one float16 forward pass of the ``.half()`` reference model on
+    the first 64 test images (parameters left out; max-pool indices stay int64)."""
+    model = load_reference_model().half()
+    batch = shapes_dataset("test", n=64).tensors[0].half()  # its own storage, as the notebook's batch64
+    return saved_activation_bytes(lambda: model(batch), exclude=model)
+
+
+def smallest_fp16_whose_square_overflows() -> float:
+    """01.2: the smallest positive float16 x with x * x == inf in float16 (checks every positive float16)."""
+    finite = torch.arange(1, 0x7C00, dtype=torch.int16).view(torch.float16)  # bit patterns of positive finite fp16
+    return float(finite[(finite * finite).isinf()][0])
+
+
+class _CastBytes(TorchDispatchMode):
+    """Adds up the bytes of every cast (``to``/``_to_copy``) whose source is one of ``sources``' storages."""
+
+    def __init__(self, sources: set[int]) -> None:
+        super().__init__()
+        self.sources, self.bytes = sources, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        # a cast shows as "to" under inference_mode, as "_to_copy" otherwise
+        if func.overloadpacket.__name__ in ("to", "_to_copy") and args[0].data_ptr() in self.sources:
+            self.bytes += out.numel() * out.element_size()
+        return out
+
+
+def autocast_parameter_cast_bytes() -> int:
+    """01.3: bytes of the bfloat16 parameter copies autocast makes in one CPU forward pass of the reference model."""
+    model = load_reference_model()
+    counter = _CastBytes({p.data_ptr() for p in model.parameters()})
+    with torch.inference_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16), counter:
+        model(torch.zeros(1, 3, 32, 32))
+    return counter.bytes
+
+
+SOLUTIONS = {
+    "01.1": saved_bytes_of_half_model,
+    "01.2": smallest_fp16_whose_square_overflows,
+    "01.3": autocast_parameter_cast_bytes,
+}
+
+# 01.2 asks for a float16 number: only the exact value is right (no relative tolerance).
+TOLERANCES = {"01.2": 0.0}

@@ -1,0 +1,409 @@
+"""The benchmark recorder (helpers.bench), on tiny sizes and a tiny model, plus the recorded files and README."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+from torch import nn
+
+import helpers
+from helpers import bench
+from helpers.exercises import check, solution
+
+matplotlib.use("Agg")
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def tiny_model(num_classes: int = 10) -> nn.Module:
+    """Conv-BN-ReLU-pool-linear: the layer types of a ResNet, small enough for unit tests."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))
+
+
+def record_with(**changes) -> dict:
+    """A minimal valid CPU record, with ``changes`` applied on top."""
+    record = {"schema": 1, "created": "2025-01-01T00:00:00+00:00", "command": bench.REPRODUCE,
+              "machine": {"device": "cpu", "device_name": "Test CPU", "threads": 2, "gpu_capability": None},
+              "versions": {"torch": "2.0", "torchvision": "0.15", "python": "3.11", "cuda": None},
+              "settings": {"model": "resnet50", "note": ""},
+              "gemm": [{"dtype": "float32", "n": 64, "tflops": 0.5, "seconds": 1e-6},
+                       {"dtype": "tf32", "n": 64, "tflops": None, "seconds": None, "absent": "no TF32 on cpu"}],
+              "inference": [{"model": "resnet50", "dtype": "float32", "batch": 1, "images_per_s": 10.0,
+                             "latency_ms": 100.0, "peak_memory_bytes": 1_000_000}],
+              "train_step": [{"model": "resnet50", "mode": "float32", "batch": 2, "step_ms": 50.0,
+                              "peak_memory_bytes": 1_500_000}]}
+    record.update(changes)
+    return record
+
+
+def assert_documented_fields(record: dict) -> None:
+    """The fields of the format in helpers/bench.py that notebooks 01, 03 and 06 and the README read."""
+    assert record["schema"] == 1 and {"created", "command", "settings"} <= set(record)
+    assert record["machine"]["device"] in ("cpu", "cuda")
+    assert {"device_name", "threads", "gpu_capability"} <= set(record["machine"])
+    assert {"torch", "torchvision", "cuda"} <= set(record["versions"])
+    for entry in record["gemm"]:
+        assert {"dtype", "n", "tflops"} <= set(entry) and entry["dtype"] in bench.GEMM_DTYPES
+        assert entry.get("absent") if entry["tflops"] is None else entry["tflops"] > 0  # a missing number says why
+    for entry in record["inference"]:
+        assert {"model", "dtype", "batch", "images_per_s", "latency_ms", "peak_memory_bytes"} <= set(entry)
+    for entry in record["train_step"]:
+        assert {"model", "mode", "batch", "step_ms", "peak_memory_bytes"} <= set(entry)
+
+
+def test_assert_documented_fields_catches_a_number_missing_without_reason():
+    assert_documented_fields(record_with())
+    with pytest.raises(AssertionError):
+        assert_documented_fields(record_with(gemm=[{"dtype": "float16", "n": 64, "tflops": None, "seconds": None}]))
+    with pytest.raises(KeyError):
+        assert_documented_fields({k: v for k, v in record_with().items() if k != "gemm"})
+
+
+# ------------------------------------------------------------------------------------------------ plan
+
+def test_plan_cpu_measures_every_gemm_at_one_size_and_keeps_fp16_small():
+    settings = bench.plan("cpu")
+    assert isinstance(settings["gemm_n"], int) and settings["gemm_n"] >= 1024
+    assert settings["inference_batches"]["float16"] == settings["inference_batches"]["float32"][:2]
+    assert settings["inference_batches"]["autocast_float16"] == settings["inference_batches"]["float32"][:2]
+    assert max(settings["inference_batches"]["float32"]) > max(settings["inference_batches"]["float16"])
+    assert "autocast_float16" not in settings["train_modes"] and "train autocast_float16" in settings["left_out"]
+    assert "strict" in settings["float32"] and not settings["cudnn_benchmark"]
+
+
+def test_plan_cuda_uses_large_sizes_and_every_mode():
+    settings = bench.plan("cuda")
+    assert settings["gemm_n"] == 8192 and settings["cudnn_benchmark"]
+    assert set(settings["inference_batches"]) == set(bench.INFERENCE_MODES)
+    assert all(max(b) == 256 for b in settings["inference_batches"].values())
+    assert settings["train_modes"] == list(bench.TRAIN_MODES) and "tf32" in settings["train_modes"]
+    assert settings["left_out"] == {}
+
+
+def test_plan_quick_is_tiny_and_unknown_device_is_rejected():
+    quick = bench.plan("cpu", quick=True)
+    assert quick["quick"] and quick["image_size"] <= 64 and quick["gemm_n"] <= 128
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        bench.plan("mps")
+
+
+# ----------------------------------------------------------------------------------- absent, flags, modes
+
+def test_absent_reason_is_the_one_place_that_knows_what_exists(monkeypatch):
+    cpu = torch.device("cpu")
+    assert "TF32" in bench.absent_reason("tf32", cpu) and bench.absent_reason("bfloat16", cpu) is None
+    assert bench.absent_reason("float16", cpu) is None and bench.absent_reason("autocast_bfloat16", cpu) is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))  # a Volta GPU
+    assert "Ampere" in bench.absent_reason("tf32", "cuda")
+    assert "bf16" in bench.absent_reason("autocast_bfloat16", "cuda") and bench.absent_reason("float16", "cuda") is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # a Hopper GPU
+    assert all(bench.absent_reason(mode, "cuda") is None for mode in bench.INFERENCE_MODES + bench.TRAIN_MODES)
+
+
+def test_tf32_flags_set_both_and_restore_even_after_an_error():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with pytest.raises(RuntimeError):
+        with bench.tf32_flags(not saved[0]):
+            assert torch.backends.cuda.matmul.allow_tf32 is (not saved[0])
+            assert torch.backends.cudnn.allow_tf32 is (not saved[0])
+            raise RuntimeError("boom")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == saved
+
+
+def test_autocast_context_and_parameter_dtype():
+    with bench.autocast_context("autocast_bfloat16", "cpu"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    with bench.autocast_context("float16", "cpu"):
+        assert not torch.is_autocast_enabled("cpu")
+    assert bench.parameter_dtype("float16") == torch.float16
+    assert bench.parameter_dtype("bfloat16") == torch.bfloat16
+    assert bench.parameter_dtype("autocast_float16") == bench.parameter_dtype("tf32") == torch.float32
+    with pytest.raises(ValueError, match="Unknown mode"):
+        bench.autocast_context("int8", "cpu")
+
+
+def test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first(monkeypatch):
+    """The GPU path's flag handling and warm-up, exercised on CPU (the flags are plain settings there)."""
+    seen, calls = [], []
+    real_time_it = bench.time_it
+
+    def spy(fn, **kwargs):
+        seen.append((kwargs["sub_label"], torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                     len(calls)))
+        return real_time_it(fn, **kwargs)
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = tiny_model()
+
+        def forward(self, x):
+            calls.append(1)
+            return self.net(x)
+
+    monkeypatch.setattr(bench, "time_it", spy)
+    monkeypatch.setattr(bench, "absent_reason", lambda mode, device: None)  # pretend TF32 exists here
+    bench.gemm("tf32", 32, "cpu", min_run_time=0.01)
+    bench.gemm("float32", 32, "cpu", min_run_time=0.01)
+    assert seen == [("tf32", True, True, 0), ("float32", False, False, 0)]
+    for mode in ("tf32", "float32", "autocast_bfloat16"):
+        seen.clear(), calls.clear()
+        bench.inference(bench.prepare_model(Counting(), mode), mode, 1, image_size=16, min_run_time=0.01)
+        assert seen == [(mode, mode == "tf32", mode == "tf32", 2)]  # warm-up and memory calls before timing
+    for mode in ("tf32", "float32"):
+        seen.clear(), calls.clear()
+        bench.train_step(Counting(), mode, 2, image_size=16, min_run_time=0.01, num_classes=10)
+        assert seen == [(mode, mode == "tf32", mode == "tf32", 2)]
+
+
+def test_measure_refuses_cuda_where_there_is_none():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(RuntimeError, match="--device cpu"):
+        bench.measure("cuda")
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+def test_peak_tensor_bytes_counts_live_storage_only():
+    def held_together():
+        a, b = torch.empty(1000), torch.empty(1000)  # 4000 bytes each, alive at the same time
+        return a, b
+
+    def one_after_another():
+        for _ in range(3):
+            torch.empty(1000)  # freed before the next one
+        return None
+
+    assert bench.peak_tensor_bytes(held_together)[1] == 8000
+    assert bench.peak_tensor_bytes(one_after_another)[1] == 4000
+
+
+def test_peak_tensor_bytes_ignores_views_inplace_and_existing_tensors():
+    weight = torch.ones(100, 100)
+
+    def fn():
+        transposed = weight.t()  # a view of a tensor made before: no new memory
+        weight.mul_(1.0)  # in place: no new memory
+        return transposed, weight.view(-1)
+
+    (transposed, flat), peak = bench.peak_tensor_bytes(fn)
+    assert peak == 0 and flat.numel() == 10_000
+    assert bench.peak_tensor_bytes(lambda: weight + 1)[1] == 40_000
+
+
+def test_peak_tensor_bytes_halves_in_bfloat16():
+    model = tiny_model()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.inference_mode():
+        fp32 = bench.peak_tensor_bytes(lambda: model(x))[1]
+        bf16_model, x_bf16 = copy.deepcopy(model).bfloat16(), x.bfloat16()
+        bf16 = bench.peak_tensor_bytes(lambda: bf16_model(x_bf16))[1]
+    assert fp32 > 0 and fp32 == 2 * bf16
+
+
+def test_call_memory_on_cuda_subtracts_what_was_allocated_before(monkeypatch):
+    """Peak minus baseline: memory other models hold before the call is not the call's (allocator mocked)."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1000)
+    monkeypatch.setattr(bench, "peak_cuda_memory", lambda fn, device: (fn(), 1600)[1])
+    assert bench.call_memory(lambda: None, "cuda") == 600
+    assert bench.call_memory(lambda: torch.empty(10), "cpu") == 40  # elsewhere: the tensors the call creates
+
+
+# ---------------------------------------------------------------------------------------- measurements
+
+def test_gemm_measures_and_tf32_is_absent_on_cpu():
+    entry = bench.gemm("float32", 64, "cpu", min_run_time=0.01)
+    assert entry["tflops"] > 0
+    assert math.isclose(entry["tflops"], 2 * 64**3 / entry["seconds"] / 1e12)
+    absent = bench.gemm("tf32", 64, "cpu")
+    assert absent["tflops"] is None and absent["seconds"] is None and "TF32" in absent["absent"]
+    assert bench.gemm("bfloat16", 32, "cpu", min_run_time=0.01)["tflops"] > 0
+    with pytest.raises(ValueError, match="Unknown GEMM dtype"):
+        bench.gemm("int8", 64)
+
+
+def test_prepare_model_converts_a_copy():
+    model = tiny_model().train()
+    net = bench.prepare_model(model, "bfloat16")
+    assert not net.training and next(net.parameters()).dtype == torch.bfloat16
+    assert net[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert model.training and next(model.parameters()).dtype == torch.float32
+    assert next(bench.prepare_model(model, "autocast_float16").parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("mode", ["float32", "bfloat16", "autocast_bfloat16", "float16"])
+def test_inference_entry(mode):
+    net = bench.prepare_model(tiny_model(), mode)
+    entry = bench.inference(net, mode, 2, image_size=16, min_run_time=0.01, model_name="tiny")
+    assert entry["model"] == "tiny" and entry["dtype"] == mode and entry["batch"] == 2
+    assert math.isclose(entry["images_per_s"], 2 / (entry["latency_ms"] / 1e3))
+    # the conv's output alone: 2 images x 8 channels x 16 x 16, in the dtype the conv computes in
+    assert entry["peak_memory_bytes"] >= 2 * 8 * 16 * 16 * (4 if mode == "float32" else 2)
+
+
+@pytest.mark.parametrize("mode", bench.TRAIN_MODES)
+def test_train_step_leaves_the_model_alone_and_counts_gradients(mode):
+    model = tiny_model()
+    before = copy.deepcopy(model.state_dict())
+    entry = bench.train_step(model, mode, 2, image_size=16, min_run_time=0.01, num_classes=10)
+    assert entry["mode"] == mode and entry["step_ms"] > 0
+    # new gradients every step (zero_grad sets them to None); the momentum buffers exist since the warm-up
+    assert entry["peak_memory_bytes"] >= helpers.parameter_bytes(model, include_buffers=False)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="Unknown training mode"):
+        bench.train_step(model, "float16", 2)
+
+
+# ------------------------------------------------------------------------------- whole record and CLI
+
+@pytest.fixture
+def tiny_bench(monkeypatch):
+    """Make the recorder measure the tiny model (the CLI and file handling are what is tested)."""
+    import torchvision
+
+    monkeypatch.setattr(torchvision.models, "get_model", lambda name, weights=None: tiny_model(1000))
+
+
+def test_main_quick_records_a_valid_file(tiny_bench, tmp_path, capsys):
+    record = bench.main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--note", "unit test"])
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and files[0].name.startswith("cpu_")
+    saved = json.loads(files[0].read_text())
+    assert_documented_fields(saved)
+    assert saved == json.loads(json.dumps(record))
+    assert saved["command"].endswith("--note 'unit test'") and saved["command"].startswith(bench.REPRODUCE)
+    assert saved["settings"]["note"] == "unit test" and saved["settings"]["quick"] is True
+    assert [e["dtype"] for e in saved["gemm"]] == list(bench.GEMM_DTYPES)
+    assert next(e for e in saved["gemm"] if e["dtype"] == "tf32")["tflops"] is None
+    assert {e["dtype"] for e in saved["inference"]} == set(bench.INFERENCE_MODES) - {"tf32"}
+    assert {e["mode"] for e in saved["train_step"]} == {"float32", "autocast_bfloat16"}
+    assert "tf32" in saved["settings"]["absent"] and isinstance(saved["settings"]["cpu_16bit_flags"], list)
+    assert all(e["peak_memory_bytes"] > 0 for e in saved["inference"] + saved["train_step"])
+    assert bench.load_records(tmp_path, device="cpu") == [saved] and bench.load_records(tmp_path, "cuda") == []
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_main_quick_needs_out_and_saves_nothing_without_it(tiny_bench, monkeypatch, tmp_path):
+    monkeypatch.setattr(bench, "BENCH_DIR", tmp_path)
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--device", "cpu"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_main_readme_prints_the_section(tmp_path, capsys):
+    bench.save_record(record_with(), tmp_path)
+    bench.main(["--readme", "--out", str(tmp_path)])
+    assert capsys.readouterr().out == bench.results_markdown(bench.load_records(tmp_path))
+
+
+def test_save_record_writes_one_file_per_machine_and_device(tmp_path):
+    record = record_with(machine={"device": "cuda", "device_name": "NVIDIA H200", "threads": 16,
+                                  "gpu_capability": "9.0"})
+    assert bench.save_record(record, tmp_path) == tmp_path / "cuda_nvidia-h200.json"
+    assert bench.save_record(record, tmp_path) == tmp_path / "cuda_nvidia-h200.json"
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_results_markdown_says_when_gpu_results_are_missing_and_what_memory_means():
+    cpu_only = bench.results_markdown([record_with()])
+    assert cpu_only.startswith("## Results\n") and "No GPU results are recorded yet" in cpu_only
+    assert "| tf32 | 64 | absent |" in cpu_only and "| float32 | 10 |" in cpu_only
+    assert "strict fp32" in cpu_only and "on top of the weights" in cpu_only
+    assert "| float32 | 2 | 50 | 1.5 |" in cpu_only  # 1.5e6 bytes
+    older = record_with(train_step=[{"model": "resnet50", "mode": "float32", "batch": 2, "step_ms": 50.0,
+                                     "peak_memory_bytes": None, "peak_tensor_bytes": 2_000_000}])
+    assert "| float32 | 2 | 50 | 2 |" in bench.results_markdown([older])  # older CPU records kept it there
+    gpu = record_with(machine={"device": "cuda", "device_name": "GPU", "threads": 1, "gpu_capability": "9.0"})
+    assert "No GPU results" not in bench.results_markdown([record_with(), gpu])
+
+
+def test_plot_inference_draws_what_is_recorded():
+    records = [record_with(inference=[{"dtype": m, "batch": b, "images_per_s": float(b), "latency_ms": 1.0}
+                                      for m in ("float32", "bfloat16") for b in (1, 8)])]
+    ax = bench.plot_inference(records)
+    assert len(ax.lines) == 2 and list(ax.lines[0].get_xdata()) == [1, 8]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "8"]
+    assert len(bench.plot_inference(records, metric="peak_memory_bytes").lines) == 0  # nothing recorded: no line
+
+
+# ------------------------------------------------------------------------- recorded files and README
+
+def test_recorded_files_are_valid_and_honest():
+    records = bench.load_records()
+    assert any(r["machine"]["device"] == "cpu" for r in records), f"record this CPU with {bench.REPRODUCE}"
+    for record in records:
+        assert_documented_fields(record)
+        assert not record["settings"]["quick"], "quick (smoke-test) results must not be committed"
+        for entry in record["inference"] + record["train_step"]:  # older CPU records: peak_tensor_bytes
+            assert (entry.get("peak_memory_bytes") or entry.get("peak_tensor_bytes") or 0) > 0
+        if record["machine"]["device"] == "cpu":
+            assert record["machine"]["gpu_capability"] is None
+            assert all(e["tflops"] is None for e in record["gemm"] if e["dtype"] == "tf32")
+
+
+def test_readme_results_section_matches_the_recorded_files():
+    text = README.read_text()
+    match = re.search(r"^## Results\n.*?(?=^## )", text, flags=re.M | re.S)
+    assert match, "README.md needs a '## Results' section before the next '## ' heading"
+    assert match.group(0).rstrip("\n") == bench.results_markdown(bench.load_records()).rstrip("\n"), (
+        f"regenerate it: {bench.REPRODUCE} --readme")
+
+
+# --------------------------------------------------------------------------------- notebook 06 exercises
+
+def test_solution_06_1_half_resnet50_bytes():
+    from torchvision import models
+
+    model = models.resnet50(weights=None)
+    floats = sum(t.numel() for t in list(model.parameters()) + list(model.buffers()) if t.is_floating_point())
+    counters = sum(t.numel() for t in model.buffers() if not t.is_floating_point())
+    assert solution("06.1") == 2 * floats + 8 * counters
+    assert check("06.1", 4 * floats + 8 * counters) is False
+
+
+def test_solution_06_2_reads_the_best_speeds_of_the_first_cpu_record(monkeypatch):
+    from helpers.solutions import nb06
+
+    inference = [{"dtype": mode, "batch": batch, "images_per_s": speed} for mode, batch, speed in
+                 (("float32", 1, 15.0), ("float32", 8, 20.0), ("bfloat16", 1, 30.0), ("bfloat16", 8, 45.0),
+                  ("float16", 1, 99.0))]
+    monkeypatch.setattr(nb06, "load_records", lambda device=None: [record_with(inference=inference), record_with()])
+    assert solution("06.2") == pytest.approx(45.0 / 20.0)
+    assert check("06.2", 2.25) is True and check("06.2", 30.0 / 15.0) is False  # batch 1 is not the best
+
+
+def test_solution_06_2_on_the_recorded_file():
+    inference = bench.load_records(device="cpu")[0]["inference"]
+    speeds = sorted((e["images_per_s"], e["dtype"]) for e in inference if e["dtype"] in ("float32", "bfloat16"))
+    best_bf16 = next(v for v, mode in reversed(speeds) if mode == "bfloat16")
+    best_fp32 = next(v for v, mode in reversed(speeds) if mode == "float32")
+    assert solution("06.2") == pytest.approx(best_bf16 / best_fp32)
+
+
+def test_solution_06_3_fp16_headroom_on_the_photo():
+    from torchvision import models
+
+    from helpers.solutions.nb06 import photo_batch
+
+    torch.manual_seed(0)
+    model = models.resnet50(weights=None).eval()
+    largest = []
+    hook = nn.modules.module.register_module_forward_hook(  # every module's call, a different mechanism
+        lambda module, inputs, output: largest.append(output.abs().max().item()))
+    try:
+        with torch.inference_mode():
+            logits = model(photo_batch())
+    finally:
+        hook.remove()
+    assert solution("06.3") == pytest.approx(65504 / max(largest), rel=1e-4)
+    assert 1 < solution("06.3") < 65504 / logits.abs().max().item()  # some layer's output beats the logits
+    assert check("06.3", 65504 / logits.abs().max().item()) is False

@@ -1,0 +1,205 @@
+"""helpers.ddp_train: launch checks, messages, an in-process rank, and a real 2-rank torchrun run; exercise 05.3."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from helpers import ShapesCNN
+from helpers.ddp_train import (EXAMPLE, Launch, LaunchError, choose_backend, launch_from_env, local_launch_env,
+                               loopback_interface, main, parse_args, run_job, summary_lines, train_rank)
+from helpers.exercises import check, solution
+from helpers.solutions.nb05 import _gradients
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES}
+    return {**env, "OMP_NUM_THREADS": "1", **extra}
+
+
+def test_launch_from_env_reads_torchrun_variables():
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert launch_from_env(env) == Launch(rank=3, world_size=4, local_rank=1, local_world_size=2)
+    assert launch_from_env({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}).local_world_size == 2
+
+
+def test_launch_without_torchrun_says_how_to_start_it():
+    with pytest.raises(LaunchError, match="not started by torchrun") as caught:
+        launch_from_env({})
+    assert EXAMPLE in str(caught.value) and "none is set" in str(caught.value)
+    with pytest.raises(LaunchError, match="WORLD_SIZE, LOCAL_RANK not set"):
+        launch_from_env({"RANK": "0"})
+
+
+def test_choose_backend():
+    assert choose_backend("auto", 2, cuda_devices=0) == "gloo"
+    assert choose_backend("auto", 2, cuda_devices=1) == "gloo"  # not a GPU per process
+    assert choose_backend("gloo", 2, cuda_devices=8) == "gloo"
+    assert choose_backend("nccl", 2, cuda_devices=2) == "nccl"
+    if dist.is_nccl_available():
+        assert choose_backend("auto", 2, cuda_devices=2) == "nccl"
+
+
+def test_choose_backend_explains_unsupported_requests():
+    with pytest.raises(LaunchError, match="runs on CUDA GPUs only.*--backend gloo"):
+        choose_backend("nccl", 2, cuda_devices=0)
+    with pytest.raises(LaunchError, match="one GPU per process: 2 processes .* 1 GPU"):
+        choose_backend("nccl", 2, cuda_devices=1)
+    with pytest.raises(LaunchError, match="unknown backend 'mpi'"):
+        choose_backend("mpi", 2, cuda_devices=0)
+
+
+def test_parse_args_rejects_bad_values(capsys):
+    assert parse_args(["--steps", "5"]).steps == 5
+    with pytest.raises(SystemExit):
+        parse_args(["--steps", "0"])
+    assert "--steps must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--backend", "mpi"])
+    assert "invalid choice: 'mpi'" in capsys.readouterr().err
+
+
+def test_main_returns_an_error_status_without_torchrun(monkeypatch, capsys):
+    for name in TORCHRUN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert main([]) == 2
+    assert "not started by torchrun" in capsys.readouterr().err
+
+
+def test_loopback_interface_is_a_loopback_name_of_this_machine():
+    name = loopback_interface()
+    if sys.platform.startswith("linux"):
+        assert name == "lo"
+    assert name in (None, "lo", "lo0")
+
+
+def test_local_launch_env_drops_job_variables_and_pins_threads_and_loopback():
+    base = {"PATH": "/bin", "RANK": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "OMP_NUM_THREADS": "8"}
+    env = local_launch_env(base)
+    assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
+    assert not {"RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env)
+    assert env.get("GLOO_SOCKET_IFNAME") == loopback_interface()
+    assert base["RANK"] == "3"  # the caller's mapping is left alone
+
+
+def test_run_job_captures_output_and_exit_status():
+    done = run_job([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+                   timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = f"/proc/{pid}/stat"
+    return not (os.path.exists(stat) and open(stat).read().rsplit(") ", 1)[-1].startswith("Z"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="stops a process group: POSIX only")
+def test_run_job_timeout_stops_the_command_and_its_children(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); "
+              "print('grandchild started', file=sys.stderr, flush=True); time.sleep(120)")
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError, match=r"within 5 s(.|\n)*grandchild started"):
+        run_job([sys.executable, "-c", script], timeout=5)
+    assert time.perf_counter() - started < 60
+    grandchild = int(pid_file.read_text())
+    deadline = time.perf_counter() + 10
+    while alive(grandchild) and time.perf_counter() < deadline:
+        time.sleep(0.1)
+    assert not alive(grandchild), "the job's child process outlived the timeout"
+
+
+def test_script_without_torchrun_prints_a_clear_message():
+    run = subprocess.run([sys.executable, "-m", "helpers.ddp_train"], env=child_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2
+    assert "not started by torchrun" in run.stderr and EXAMPLE in run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so nccl may be valid")
+def test_script_with_nccl_on_a_cpu_machine_prints_a_clear_message():
+    run = subprocess.run([sys.executable, "-m", "helpers.ddp_train", "--backend", "nccl"],
+                         env=child_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2
+    assert "backend 'nccl' runs on CUDA GPUs only" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.fixture
+def single_rank_group():
+    """A one-process gloo group in this process (no torchrun, no network)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield Launch(rank=0, world_size=1, local_rank=0, local_world_size=1)
+    dist.destroy_process_group()
+    torch.set_num_threads(threads)
+
+
+def test_one_rank_float16_uses_a_grad_scaler(single_rank_group):
+    args = parse_args(["--steps", "3", "--batch-size", "8", "--train-images", "64", "--amp-dtype", "float16"])
+    report = train_rank(args, single_rank_group, "gloo")
+    rank = report["ranks"][0]
+    assert rank["grad_scaler"] is True and rank["logits_dtype"] == "float16" and rank["steps"] == 3
+    assert all(torch.isfinite(torch.tensor(rank["losses"])))
+    assert report["parameters_identical"] and report["world_size"] == 1
+    lines = summary_lines(report)
+    assert "autocast float16 + GradScaler, 8 images per step" in lines[0] and "3 steps" in lines[1]
+
+
+def test_one_rank_rejects_too_few_images(single_rank_group):
+    args = parse_args(["--steps", "3", "--batch-size", "64", "--train-images", "32"])
+    with pytest.raises(LaunchError, match="too few"):
+        train_rank(args, single_rank_group, "gloo")
+
+
+def test_two_rank_torchrun_run_ends_with_identical_weights(tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "--local_addr=127.0.0.1", "-m", "helpers.ddp_train", "--steps=12", "--batch-size=16",
+               "--train-images=256", f"--out={tmp_path / 'report.json'}", f"--save-weights={tmp_path}"]
+    run = run_job(command, env=local_launch_env(), timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["world_size"] == 2 and [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(r["steps"] == 12 and r["logits_dtype"] == "bfloat16" for r in report["ranks"])
+    assert report["ranks"][0]["losses"] != report["ranks"][1]["losses"]  # each rank saw its own images
+    assert report["parameters_identical"] and report["parameters_max_difference"] == 0.0
+    assert "parameters identical on every rank: True" in run.stdout
+
+    # Compare the saved weights ourselves, independently of the script's own check.
+    weights = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    parameter_names = [name for name, _ in ShapesCNN().named_parameters()]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in parameter_names)
+    torch.manual_seed(0)
+    initial = ShapesCNN().state_dict()
+    assert not torch.equal(weights[0]["classifier.weight"], initial["classifier.weight"])  # it trained
+    # BatchNorm running statistics: each rank updated them from its own last batch.
+    assert not torch.equal(weights[0]["features.1.running_mean"], weights[1]["features.1.running_mean"])
+    assert report["buffers_identical"] is False
+
+
+def test_solution_05_3_batchnorm_breaks_gradient_averaging():
+    assert solution("05.3") is False
+    assert check("05.3", False) is True and check("05.3", True) is False
+    # Without BatchNorm, the mean of two half-batch gradients is the full-batch gradient (what DDP relies on).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 8))
+    inputs, labels = torch.randn(32, 3, 32, 32), torch.randint(0, 8, (32,))
+    halves = (_gradients(model, inputs[:16], labels[:16]) + _gradients(model, inputs[16:], labels[16:])) / 2
+    assert torch.allclose(_gradients(model, inputs, labels), halves)
