@@ -10,4 +10,4 @@ from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacin
 from .measure import (parameter_bytes, peak_cuda_memory, saved_activation_bytes, saved_activation_bytes_by_dtype,
                       time_it)
 from .model import ShapesCNN, load_reference_model
-from .train import EvalResult, TrainLog, evaluate, make_scaler, train
+from .train import EvalResult, TrainLog, amp_step, evaluate, make_scaler, train

@@ -42,11 +42,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .device import cpu_flags
 from .measure import peak_cuda_memory, time_it
 from .model import DATA_DIR
+from .train import amp_step
 
 BENCH_DIR = DATA_DIR / "benchmarks"
 REPRODUCE = "python -m helpers.bench"
@@ -230,16 +230,13 @@ def train_step(model: nn.Module, mode: str, batch: int, *, device: str | torch.d
     device = torch.device(device)
     net = copy.deepcopy(model).to(device, memory_format=torch.channels_last).train()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type, enabled=mode == "autocast_float16")
+    scaler = torch.amp.GradScaler(device.type) if mode == "autocast_float16" else None
+    amp_dtype = getattr(torch, mode.removeprefix("autocast_")) if mode.startswith("autocast_") else None
     x, generator = _images(batch, image_size, device, torch.float32)
     y = torch.randint(0, num_classes, (batch,), device=device, generator=generator)
 
     def step() -> None:
-        with autocast_context(mode, device.type):
-            loss = F.cross_entropy(net(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        amp_step(net, x, y, optimizer, amp_dtype=amp_dtype, scaler=scaler)
         optimizer.zero_grad(set_to_none=True)
 
     seconds, memory = _measure(step, device, "train step", mode, min_run_time)

@@ -32,6 +32,28 @@ def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> to
     return torch.amp.GradScaler(device_type, **kwargs)
 
 
+def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer, *,
+             amp_dtype: torch.dtype | None = None,
+             scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step of the course's recipe; returns (loss, logits).
+
+    Forward and cross-entropy loss run under ``torch.amp.autocast`` (when ``amp_dtype`` is given), backward
+    runs outside it; with a ``scaler`` the loss is scaled and the step goes through ``scaler.step``/``update``.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, labels)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return loss, logits
+
+
 def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, max_steps: int | None = None) -> TrainLog:
@@ -55,18 +77,10 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
         for inputs, labels in batches:
             if max_steps is not None and step >= max_steps:
                 break
-            inputs, labels = inputs.to(device), labels.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            with torch.amp.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                loss = F.cross_entropy(model(inputs), labels)
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-            else:
-                scaler.scale(loss).backward()
-                scale_before = scaler.get_scale()
-                scaler.step(optimizer)
-                scaler.update()
+            scale_before = scaler.get_scale() if scaler is not None else None
+            loss, _ = amp_step(model, inputs.to(device), labels.to(device), optimizer, amp_dtype=amp_dtype,
+                               scaler=scaler)
+            if scaler is not None:
                 log.scales.append(scaler.get_scale())
                 log.skipped_steps += int(log.scales[-1] < scale_before)
             if scheduler is not None:

@@ -129,3 +129,13 @@ def test_record_ops_sees_autocast_casts_and_promotion():
     assert summary["addmm"][torch.bfloat16] == 1 and summary["_to_copy"][torch.bfloat16] >= 2
     _, records = record_ops(lambda: torch.ones(2, dtype=torch.float16) + torch.ones(2))
     assert [r.name for r in records if r.mixes_dtypes] == ["add"]
+
+
+def test_amp_step_updates_weights_in_fp32_and_returns_low_precision_logits():
+    model, optimizer, loader = tiny_setup()
+    inputs, labels = next(iter(loader))
+    before = [p.detach().clone() for p in model.parameters()]
+    loss, logits = helpers.amp_step(model, inputs, labels, optimizer, amp_dtype=torch.bfloat16)
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
