@@ -15,6 +15,12 @@ import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+ERROR_TAGS = {"raises-exception", "nbval-raises-exception"}  # nbval's cell tags for an expected error
+
+
+def expects_error(cell: dict) -> bool:
+    """True for a cell tagged to demonstrate an error (nbval's ``raises-exception`` cell tag)."""
+    return bool(ERROR_TAGS & set(cell.get("metadata", {}).get("tags", [])))
 
 
 def run_notebook(path: Path) -> list[str]:
@@ -29,7 +35,7 @@ def run_notebook(path: Path) -> list[str]:
         cell.id = f"cell-{index}"  # stable ids keep diffs small
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                if "NBVAL_RAISES_EXCEPTION" not in cell.source:
+                if not expects_error(cell):
                     problems.append(f"cell {index}: unexpected {output['ename']}: {output['evalue']}")
                 output["traceback"] = [f"\x1b[0;31m{output['ename']}\x1b[0m: {output['evalue']}"]
             if output.get("name") == "stderr":

@@ -9,7 +9,8 @@ def test_run_notebook_executes_in_place_and_trims_demonstrated_tracebacks(tmp_pa
     path = tmp_path / "99_demo.ipynb"
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("print(6 * 7)"),
-        nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\nimport json\njson.loads('{')"),
+        nbformat.v4.new_code_cell("import json\njson.loads('{')",
+                                  metadata={"tags": ["raises-exception", "nbval-ignore-output"]}),
         nbformat.v4.new_code_cell("undefined_name"),
         nbformat.v4.new_code_cell("import sys\nprint('careful', file=sys.stderr)"),
     ])
