@@ -3,8 +3,9 @@
 Small on purpose: each module is a page of code that a notebook explains.
 """
 from .data import CLASSES, make_loader, shapes_dataset
-from .device import (autocast_dtype, check_autocast_dtype, environment_report, fast_dtypes, pick_device,
-                     supported_autocast_dtypes)
+from .device import (DtypeSpeed, autocast_dtype, check_autocast_dtype, cuda_native_bf16, environment_report,
+                     fast_dtypes, needs_grad_scaler, pick_device, speed_profile, strict_fp32, supported_autocast_dtypes,
+                     tf32_flags, workload)
 from .exercises import check
 from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacing
 from .measure import (parameter_bytes, peak_cuda_memory, saved_activation_bytes, saved_activation_bytes_by_dtype,

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from .device import cpu_flags
+from .device import cpu_flags, tf32_flags
 from .measure import peak_cuda_memory, time_it
 from .model import DATA_DIR
 from .train import amp_step
@@ -96,17 +96,6 @@ def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
             "train_optimizer": "SGD(lr=0.01, momentum=0.9); cross-entropy on random labels",
             "float32": "strict fp32: TF32 off for matmul and cuDNN; 'tf32' is measured as its own mode",
             "min_run_time_s": min_run_time, "left_out": left_out}
-
-
-@contextlib.contextmanager
-def tf32_flags(enabled: bool) -> Iterator[None]:
-    """Set TF32 for CUDA matmuls and cuDNN convolutions to ``enabled`` inside the block, then restore both."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def parameter_dtype(mode: str) -> torch.dtype:

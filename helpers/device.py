@@ -1,9 +1,12 @@
-"""Pick a device and an autocast dtype, and report what this machine runs fast."""
+"""Pick a device and an autocast dtype, and measure what this machine runs fast."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import platform
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import torch
 
@@ -63,6 +66,8 @@ def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
             return (torch.bfloat16, torch.float16)
         return (torch.bfloat16,)
     if device_type == "cuda":
+        # What autocast *accepts*: it takes bf16 wherever torch.cuda.is_bf16_supported() says yes, which by default
+        # includes emulation (sm_70/sm_75). What the course *recommends* is autocast_dtype(): bf16 only where native.
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
             return (torch.float16, torch.bfloat16)
         return (torch.float16,)
@@ -76,7 +81,9 @@ def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
 def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
     """Return ``dtype`` if autocast on ``device_type`` supports it, else raise a ``ValueError`` naming the fix.
 
-    PyTorch itself only *warns* and silently disables autocast for an unsupported dtype; this fails loudly.
+    PyTorch's own reaction differs by device: on CPU, ``torch.amp.autocast`` *warns* and disables itself for an
+    unsupported dtype (the block then runs in float32); on CUDA it *raises* (e.g. bf16 on a GPU without bf16
+    support). This check fails loudly and the same way on every device.
     """
     supported = supported_autocast_dtypes(device_type)
     if dtype not in supported:
@@ -88,16 +95,61 @@ def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
-def autocast_dtype(device: str | torch.device) -> torch.dtype:
-    """The autocast dtype this course uses on ``device``: bfloat16 where supported, else float16.
+def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
+    """True for an NVIDIA GPU with bf16 tensor cores (compute capability 8.0, Ampere, and later).
 
-    Raises ``ValueError`` where this torch has no autocast for the device at all.
+    Not ``torch.cuda.is_bf16_supported()``: by default (``including_emulation=True``) it answers True on a V100
+    (sm_70) or T4 (sm_75) too, where bf16 runs without tensor cores and is slower than fp16.
     """
-    device_type = torch.device(device).type
-    supported = supported_autocast_dtypes(device_type)
+    if not torch.cuda.is_available():
+        return False
+    if getattr(torch.version, "hip", None):  # ROCm: AMD GPUs report their own support
+        return bool(torch.cuda.is_bf16_supported())
+    return torch.cuda.get_device_capability(torch.device(device))[0] >= 8
+
+
+def autocast_dtype(device: str | torch.device) -> torch.dtype:
+    """The autocast dtype this course uses on ``device``.
+
+    CPU: bfloat16 (autocast's CPU default; whether it is *fast* here is what :func:`speed_profile` measures).
+    CUDA: bfloat16 on Ampere (sm_80) and later, float16 before (V100, T4: fp16 tensor cores, no bf16 ones; pair it
+    with a ``GradScaler`` for training). MPS: float16. Raises ``ValueError`` where this torch has no autocast for
+    the device at all.
+    """
+    device = torch.device(device)
+    supported = supported_autocast_dtypes(device.type)
     if not supported:
-        raise ValueError(f"torch {torch.__version__} has no autocast for {device_type!r}: upgrade torch or use 'cpu'.")
+        raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: upgrade torch or use 'cpu'.")
+    if device.type == "cuda":
+        return torch.bfloat16 if cuda_native_bf16(device) else torch.float16
     return torch.bfloat16 if torch.bfloat16 in supported else supported[0]
+
+
+def needs_grad_scaler(amp_dtype: torch.dtype | None) -> bool:
+    """True when training with this autocast dtype needs a ``GradScaler``: float16 only (bf16 has fp32's range)."""
+    return amp_dtype == torch.float16
+
+
+@contextlib.contextmanager
+def tf32_flags(enabled: bool) -> Iterator[None]:
+    """Set TF32 for CUDA matmuls and cuDNN convolutions to ``enabled`` inside the block, then restore both.
+
+    PyTorch's defaults differ: ``torch.backends.cuda.matmul.allow_tf32`` is False (since 1.12) but
+    ``torch.backends.cudnn.allow_tf32`` is True, so a "float32" convolution on an Ampere-or-later GPU runs in
+    TF32 (inputs rounded to a 10-bit mantissa) unless it is turned off. The flags exist on every build and do
+    nothing on a CPU.
+    """
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def strict_fp32() -> contextlib.AbstractContextManager:
+    """A block in which float32 really is float32 on every device (TF32 off for matmuls and cuDNN)."""
+    return tf32_flags(False)
 
 
 class AutocastState(NamedTuple):
@@ -132,11 +184,108 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def fast_dtypes(device: str | torch.device) -> dict[str, str]:
-    """For each of float32/bfloat16/float16: what to expect of its matmul speed on ``device``, and why.
+@dataclass(frozen=True)
+class DtypeSpeed:
+    """One dtype's measured speed relative to float32 on one device (ratios > 1 mean faster than float32)."""
 
-    On x86 CPUs the verdict comes from the CPU flags; on other CPUs (ARM, ...) it is "unknown on this
-    architecture: measure", since the flags there do not tell which fp16/bf16 kernels PyTorch will use.
+    dtype: str
+    matmul_speedup: float       # compute-bound: float32 time / this dtype's time for an n x n matmul
+    elementwise_speedup: float  # memory-bound: the same for adding two large tensors
+    verdict: str                # the plain-words reading of the two ratios
+
+    @property
+    def compute_is_fast(self) -> bool:
+        """True when this dtype's matmuls are at least as fast as float32's (native 16-bit units)."""
+        return self.matmul_speedup >= FAST_RATIO
+
+    @property
+    def emulated(self) -> bool:
+        """True when matmuls in this dtype are much slower than float32 (converted through float32 in software)."""
+        return self.matmul_speedup < EMULATED_RATIO
+
+
+FAST_RATIO = 0.9       # within ~10 % of float32 or better counts as "fast" (timing noise on a busy laptop)
+EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for this dtype here
+
+
+def speed_verdict(matmul_speedup: float, elementwise_speedup: float) -> str:
+    """Words for a dtype's two measured ratios to float32 (see :class:`DtypeSpeed`)."""
+    if matmul_speedup >= 1.2:
+        compute = f"native 16-bit math: matmul {matmul_speedup:.1f}x faster than float32"
+    elif matmul_speedup >= FAST_RATIO:
+        compute = f"matmul about as fast as float32 ({matmul_speedup:.2f}x)"
+    elif matmul_speedup >= EMULATED_RATIO:
+        compute = f"matmul {1 / matmul_speedup:.1f}x slower than float32"
+    else:
+        compute = f"emulated: matmul {1 / matmul_speedup:.0f}x slower than float32"
+    memory = (f"memory-bound ops {elementwise_speedup:.1f}x faster (half the bytes)" if elementwise_speedup >= 1.1
+              else f"memory-bound ops {elementwise_speedup:.2f}x float32")
+    return f"{compute}; {memory}"
+
+
+def _time_median(fn, min_run_time: float) -> float:
+    from .measure import time_it  # measure imports torch.utils.benchmark: load it only when measuring
+
+    return time_it(fn, min_run_time=min_run_time).median
+
+
+@functools.lru_cache(maxsize=None)
+def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
+                   min_run_time: float) -> tuple[DtypeSpeed, ...]:
+    device_ = torch.device(device)
+    generator = torch.Generator(device_).manual_seed(0)
+    a32 = torch.randn(matmul_n, matmul_n, device=device_, generator=generator)
+    v32 = torch.randn(elementwise_n, device=device_, generator=generator)
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a, v = a32.to(dtype), v32.to(dtype)
+        with strict_fp32():
+            times[dtype] = (_time_median(lambda: a @ a, min_run_time), _time_median(lambda: v + v, min_run_time))
+    base_mm, base_ew = times[torch.float32]
+    profile = [DtypeSpeed("float32", 1.0, 1.0, "the baseline")]
+    for dtype in (torch.bfloat16, torch.float16):
+        mm, ew = base_mm / times[dtype][0], base_ew / times[dtype][1]
+        profile.append(DtypeSpeed(str(dtype).removeprefix("torch."), mm, ew, speed_verdict(mm, ew)))
+    return tuple(profile)
+
+
+def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
+                  elementwise_n: int | None = None, min_run_time: float = 0.03) -> dict[str, DtypeSpeed]:
+    """Measure, on ``device``, how fast bfloat16 and float16 are relative to float32; cached per process.
+
+    Two micro-benchmarks per dtype (``torch.utils.benchmark``, about a second in all on a laptop CPU): an
+    ``n x n`` matmul (compute-bound: only 16-bit arithmetic units make it faster) and the sum of two long vectors
+    (memory-bound: half the bytes is faster even where the arithmetic is emulated). Returns
+    ``{"float32": ..., "bfloat16": ..., "float16": ...}`` of :class:`DtypeSpeed`, verdicts included. This is what
+    every "is bf16 fast here?" branch of the course asks; CPU flags only explain the answer (:func:`fast_dtypes`).
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        defaults = (4096, 1 << 26)
+    else:
+        defaults = (256, 1 << 24)
+    profile = _speed_profile(str(device), torch.get_num_threads(), matmul_n or defaults[0],
+                             elementwise_n or defaults[1], min_run_time)
+    return {speed.dtype: speed for speed in profile}
+
+
+def workload(dtype: torch.dtype | str, full: int, reduced: int, device: str | torch.device = "cpu") -> int:
+    """``full`` where ``dtype`` computes at float32 speed or better on ``device``, else ``reduced``.
+
+    Experiments that run a dtype this machine emulates (fp16 on most CPUs, bf16 on AVX2-only CPUs) shrink their
+    work this way, so that every learner's run (and ``pytest``) stays fast while the claim is still checked.
+    """
+    name = str(dtype).removeprefix("torch.")
+    if name == "float32":
+        return full
+    return full if speed_profile(device)[name].compute_is_fast else reduced
+
+
+def fast_dtypes(device: str | torch.device) -> dict[str, str]:
+    """For each of float32/bfloat16/float16: what the hardware *reports*, which explains a measured verdict.
+
+    This is an explanation, not a verdict: :func:`speed_profile` measures. On x86 CPUs it reads the CPU flags; on
+    other CPUs (ARM, ...) it says "unknown on this architecture: measure"; on CUDA it reads the compute capability.
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -164,10 +313,12 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
     fp16 = {"avx512_fp16", "amx_fp16"} & flags
     return {
         "float32": "CPU: baseline (vectorised FP32)",
-        "bfloat16": f"CPU: native bf16 instructions ({', '.join(sorted(bf16))}), fast" if bf16
-        else "CPU: no native bf16; converted through fp32, little or no gain",
-        "float16": f"CPU: native fp16 instructions ({', '.join(sorted(fp16))})" if fp16
-        else "CPU: no native fp16 math; emulated through fp32, expect it to be much SLOWER",
+        "bfloat16": f"CPU reports bf16 instructions ({', '.join(sorted(bf16))}): PyTorch's oneDNN kernels can use them"
+        if bf16 else "CPU reports no avx512_bf16/amx_bf16: bf16 math is converted through fp32 (expect much SLOWER "
+        "matmuls; memory-bound ops still gain from half the bytes)",
+        "float16": f"CPU reports fp16 instructions ({', '.join(sorted(fp16))}): PyTorch's oneDNN kernels can use them"
+        if fp16 else "CPU reports no avx512_fp16/amx_fp16: fp16 math is emulated through fp32 (expect much SLOWER "
+        "matmuls; memory-bound ops still gain from half the bytes)",
     }
 
 

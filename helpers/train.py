@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .device import check_autocast_dtype
+from .device import check_autocast_dtype, strict_fp32
 
 
 @dataclass
@@ -72,6 +72,16 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
     log = TrainLog()
     model.train()
     start = time.perf_counter()
+    with strict_fp32():  # on a GPU, float32 layers stay float32 (no TF32), so baselines compare like with like
+        _train_epochs(model, batches, optimizer, device, log, epochs, amp_dtype, scaler, scheduler, max_steps)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    log.seconds = time.perf_counter() - start
+    model.eval()
+    return log
+
+
+def _train_epochs(model, batches, optimizer, device, log, epochs, amp_dtype, scaler, scheduler, max_steps) -> None:
     step = 0
     for _ in range(epochs):
         for inputs, labels in batches:
@@ -87,11 +97,6 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
                 scheduler.step()
             log.losses.append(loss.item())
             step += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    log.seconds = time.perf_counter() - start
-    model.eval()
-    return log
 
 
 @dataclass
@@ -121,7 +126,8 @@ def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch
         x = inputs[start : start + batch_size].to(device)
         if input_dtype is not None:
             x = x.to(input_dtype)
-        with torch.amp.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        with strict_fp32(), torch.amp.autocast(device.type, dtype=amp_dtype or torch.float32,
+                                               enabled=amp_dtype is not None):
             chunks.append(model(x).float().cpu())
     logits = torch.cat(chunks)
     predictions = logits.argmax(dim=1)

@@ -61,11 +61,46 @@ def test_fast_dtypes_reads_cpu_flags(monkeypatch):
     monkeypatch.setattr(device_module.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16"})
     report = helpers.fast_dtypes("cpu")
-    assert "native bf16" in report["bfloat16"] and "emulated" in report["float16"]
+    assert "reports bf16 instructions (avx512_bf16)" in report["bfloat16"] and "emulated" in report["float16"]
     monkeypatch.setattr(device_module, "cpu_flags", lambda: set())
-    assert "no native bf16" in helpers.fast_dtypes("cpu")["bfloat16"]
+    assert "no avx512_bf16/amx_bf16" in helpers.fast_dtypes("cpu")["bfloat16"]
+    assert "memory-bound ops still gain" in helpers.fast_dtypes("cpu")["bfloat16"]
     monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16", "avx512_fp16"})
-    assert "native fp16" in helpers.fast_dtypes("cpu")["float16"]
+    assert "reports fp16 instructions (avx512_fp16)" in helpers.fast_dtypes("cpu")["float16"]
+
+
+@pytest.mark.parametrize("matmul, elementwise, words", [
+    (2.5, 1.8, "native 16-bit math: matmul 2.5x faster"),
+    (1.0, 1.6, "about as fast as float32"),
+    (0.5, 1.5, "matmul 2.0x slower"),
+    (0.01, 1.6, "emulated: matmul 100x slower"),
+])
+def test_speed_verdict_reads_both_ratios(matmul, elementwise, words):
+    verdict = device_module.speed_verdict(matmul, elementwise)
+    assert words in verdict
+    assert "memory-bound ops 1.5x faster" in device_module.speed_verdict(0.01, 1.5)
+    assert "memory-bound ops 0.90x float32" in device_module.speed_verdict(0.01, 0.9)
+
+
+def test_speed_profile_measures_every_dtype_against_float32():
+    profile = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, min_run_time=0.001)
+    assert list(profile) == ["float32", "bfloat16", "float16"]
+    assert profile["float32"].matmul_speedup == profile["float32"].elementwise_speedup == 1.0
+    for name in ("bfloat16", "float16"):
+        speed = profile[name]
+        assert speed.matmul_speedup > 0 and speed.elementwise_speedup > 0
+        assert speed.verdict == device_module.speed_verdict(speed.matmul_speedup, speed.elementwise_speedup)
+        assert speed.emulated == (speed.matmul_speedup < device_module.EMULATED_RATIO)
+
+
+def test_workload_shrinks_only_for_a_slow_dtype(monkeypatch):
+    fake = {"float32": helpers.DtypeSpeed("float32", 1.0, 1.0, ""),
+            "bfloat16": helpers.DtypeSpeed("bfloat16", 2.5, 1.8, ""),
+            "float16": helpers.DtypeSpeed("float16", 0.01, 1.6, "")}
+    monkeypatch.setattr(device_module, "speed_profile", lambda device="cpu": fake)
+    assert helpers.workload(torch.float32, 100, 10) == 100
+    assert helpers.workload(torch.bfloat16, 100, 10) == 100
+    assert helpers.workload("float16", 100, 10) == 10
 
 
 @pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", ""])
