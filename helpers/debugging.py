@@ -1,0 +1,96 @@
+"""Find where inf and NaN first appear: per module (forward hooks) and per ATen op (notebook 07)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+def _floats(values: Any) -> list[torch.Tensor]:
+    return [v for v in tree_leaves(values) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def all_finite(values: Any) -> bool:
+    """True when every floating tensor in ``values`` (a tensor, or nested tuples/lists/dicts of them) is finite."""
+    return all(bool(torch.isfinite(t).all()) for t in _floats(values))
+
+
+def nonfinite_kind(values: Any) -> str:
+    """'nan', 'inf' or 'finite': the worst kind of value among the floating tensors in ``values``."""
+    tensors = _floats(values)
+    if any(bool(t.isnan().any()) for t in tensors):
+        return "nan"
+    if any(bool(t.isinf().any()) for t in tensors):
+        return "inf"
+    return "finite"
+
+
+@dataclass(frozen=True)
+class FirstNonFinite:
+    """Where the first inf/NaN appeared: the module (or op) name, what it produced, and from what inputs."""
+
+    name: str              # module path such as "blocks.0.attention", or ATen op such as "exp"
+    kind: str              # "inf" or "nan"
+    inputs_finite: bool    # True: this is where it was *made*; False: it arrived from before
+    dtype: torch.dtype     # dtype of the first floating output
+
+    def __str__(self) -> str:
+        origin = "from finite inputs" if self.inputs_finite else "(its inputs were already non-finite)"
+        return f"{self.name} produced {self.kind} in {str(self.dtype).removeprefix('torch.')} {origin}"
+
+
+def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | None:
+    """Run ``model(*inputs)`` with a forward hook on every submodule; return the first module (in the order the
+    modules *finished*, so the innermost one) whose output holds inf or NaN, or None if all stayed finite.
+
+    The hooks are removed afterwards. Leaf modules finish before their parents, so the module named is the
+    smallest one that produced the bad value; functional code inside a ``forward`` shows up as that module.
+    """
+    found: list[FirstNonFinite] = []
+
+    def hook(name: str) -> Callable:
+        def check(module: nn.Module, args: Any, output: Any) -> None:
+            if not found and not all_finite(output):
+                floats = _floats(output)
+                found.append(FirstNonFinite(name or type(module).__name__, nonfinite_kind(output),
+                                            all_finite(args), floats[0].dtype))
+        return check
+
+    handles = [module.register_forward_hook(hook(name)) for name, module in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
+class _FirstNonFiniteOp(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: FirstNonFinite | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.found is None and not all_finite(out):
+            floats = _floats(out)
+            self.found = FirstNonFinite(func.overloadpacket.__name__, nonfinite_kind(out),
+                                        all_finite((args, kwargs)), floats[0].dtype)
+        return out
+
+
+def first_nonfinite_op(fn: Callable[[], Any]) -> tuple[Any, FirstNonFinite | None]:
+    """Run ``fn()`` and return its result with the first ATen op whose output held inf or NaN (or None).
+
+    Finer than :func:`first_nonfinite_module`: it names the operation (``exp``, ``mm``, ``sum``...), also in
+    backward passes and in code that is not a module.
+    """
+    with _FirstNonFiniteOp() as finder:
+        result = fn()
+    return result, finder.found
