@@ -3,15 +3,19 @@
 Record format (one JSON file per machine and device; "schema": 1):
 
     {"schema": 1, "created": ISO time, "command": the command line that produced it,
-     "machine": {"device": "cpu" | "cuda", "device_name": str, "threads": int, "gpu_capability": "9.0" | null},
+     "machine": {"device": "cpu" | "cuda", "device_name": str, "threads": int, "gpu_capability": "9.0" | null,
+                 "datasheet": {"name": str, "source": str} | null (a GPU of data/gpu_peaks.json)},
      "versions": {"torch": str, "torchvision": str, "python": str, "cuda": str | null, "cudnn": int | null},
      "settings": {...: what was measured and how, what was left out and why, a free-text "note"},
      "gemm": [{"dtype": "float32" | "tf32" | "float16" | "bfloat16", "n": int, "tflops": float | null,
-               "seconds": float | null, "absent": "<why>" (only where the dtype does not exist on the device)}],
+               "seconds": float | null, "absent": "<why>" (only where the dtype does not exist on the device),
+               "peak_tflops": float | null, "fraction_of_peak": float | null (known GPUs: datasheet dense peak)}],
      "inference": [{"model": "resnet50", "dtype": one of INFERENCE_MODES, "batch": int, "images_per_s": float,
-                    "latency_ms": float, "peak_memory_bytes": int}],
+                    "latency_ms": float, "peak_memory_bytes": int, "peak_reserved_bytes": int | null}],
      "train_step": [{"model": str, "mode": one of TRAIN_MODES, "batch": int, "step_ms": float,
-                     "peak_memory_bytes": int}]}
+                     "peak_memory_bytes": int, "peak_reserved_bytes": int | null,
+                     "scaler": null | {"steps": int, "skipped_steps": int, "init_scale": float,
+                                       "final_scale": float} (autocast_float16: what the GradScaler did)}]}
 
 Modes. "float32" is strict fp32: TF32 off for matmuls and cuDNN (whose PyTorch default is TF32 on); "tf32"
 (CUDA from Ampere on) turns both on; every other mode runs with TF32 off. "float16"/"bfloat16": ``model.half()``/
@@ -22,6 +26,12 @@ autocast_float16. Each measurement makes one warm-up call, then one call for mem
 "peak_memory_bytes": what one call allocates at its peak on top of what existed before it (weights, inputs,
 optimizer state): on CUDA the allocator's peak minus what was allocated before (cuDNN workspaces included),
 elsewhere the peak of the tensors the call creates (:func:`peak_tensor_bytes`; kernels' scratch buffers unseen).
+"peak_reserved_bytes" (CUDA only): what the caching allocator had to *reserve* from the driver on top of what it
+held before the call (its cache emptied first); an out-of-memory error is judged against reserved memory.
+
+"scaler": a ``GradScaler`` starts at scale 2**16; where the fp16 loss gradient overflows at that scale (small
+batches: the per-example gradients of the loss are larger), the first steps are *skipped* (no weight update)
+and the scale halves each time. The timed steps include them; "skipped_steps" says how many there were.
 
 Reading: :func:`load_records`, :func:`results_markdown` (``--readme``), :func:`plot_inference`.
 """
@@ -44,7 +54,8 @@ import torch
 from torch import nn
 
 from .device import cpu_flags, tf32_flags
-from .measure import peak_cuda_memory, time_it
+from .measure import cuda_memory, time_it
+from .peaks import GOOD_GEMM_FRACTION, peak_for
 from .model import DATA_DIR
 from .train import amp_step
 
@@ -55,6 +66,7 @@ GEMM_DTYPES = ("float32", "tf32", "float16", "bfloat16")
 INFERENCE_MODES = ("float32", "tf32", "float16", "bfloat16", "autocast_float16", "autocast_bfloat16")
 TRAIN_MODES = ("float32", "tf32", "autocast_float16", "autocast_bfloat16")
 MODEL = "resnet50"
+INIT_SCALE = 2.0**16  # GradScaler's default initial scale, spelled out so the record can state it
 
 
 def load_records(directory: str | Path = BENCH_DIR, device: str | None = None) -> list[dict]:
@@ -80,7 +92,7 @@ def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"The recorder measures 'cpu' or 'cuda', not {device_type!r}.")
     gemm_n, batches, image_size, train_batch, min_run_time = {
-        "quick": (64, [1, 2], 64, 2, 0.05), "cuda": (8192, [1, 8, 32, 64, 128, 256], 224, 128, 1.0),
+        "quick": (64, [1, 2], 64, 2, 0.05), "cuda": (8192, [1, 8, 32, 128], 224, 32, 0.5),
         "cpu": (1024, [1, 8, 32], 224, 8, 0.5)}["quick" if quick else device_type]
     inference_batches = {mode: list(batches) for mode in INFERENCE_MODES}
     train_modes, left_out = list(TRAIN_MODES), {}
@@ -96,6 +108,37 @@ def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
             "train_optimizer": "SGD(lr=0.01, momentum=0.9); cross-entropy on random labels",
             "float32": "strict fp32: TF32 off for matmul and cuDNN; 'tf32' is measured as its own mode",
             "min_run_time_s": min_run_time, "left_out": left_out}
+
+
+# What a CUDA run costs besides min_run_time, for planning (H100-class GPU; seconds; see estimated_seconds).
+CUDA_COSTS = {
+    "startup": 15.0,       # CUDA context, cuDNN/cuBLAS handles, building ResNet-50, the first copies to the GPU
+    "per_measurement": 0.8,  # blocked_autorange's block-size search (a block >= ~0.1 s) + its last block's
+                             # overshoot past min_run_time + the warm-up and memory calls
+    "autotune_inference": 2.0,  # cudnn.benchmark tries every algorithm of ResNet-50's ~20 conv shapes, once per
+                                # (mode, batch): a new dtype, batch or TF32 flag is a new shape to it
+    "autotune_train": 6.0,      # the same for forward + both backward convolutions
+}
+
+
+def measurement_counts(settings: dict[str, Any], device: str | torch.device = "cpu") -> dict[str, int]:
+    """How many GEMMs, inference and training measurements ``settings`` (from :func:`plan`) makes on ``device``."""
+    present = [m for m in INFERENCE_MODES if absent_reason(m, device) is None]
+    return {"gemm": sum(absent_reason(d, device) is None for d in GEMM_DTYPES),
+            "inference": sum(len(settings["inference_batches"][m]) for m in present),
+            "train": sum(absent_reason(m, device) is None for m in settings["train_modes"])}
+
+
+def estimated_seconds(settings: dict[str, Any], device: str | torch.device = "cuda") -> float:
+    """The recorder's wall time with ``settings`` on a CUDA ``device``, from the plan and :data:`CUDA_COSTS`.
+
+    Each measurement: ``min_run_time`` + the per-measurement overhead; each inference or training configuration
+    also pays cuDNN's autotuning once; plus start-up. A planning figure, checked by a real run's "wall_seconds".
+    """
+    counts, costs = measurement_counts(settings, device), CUDA_COSTS
+    per_measurement = settings["min_run_time_s"] + costs["per_measurement"]
+    return (costs["startup"] + sum(counts.values()) * per_measurement
+            + counts["inference"] * costs["autotune_inference"] + counts["train"] * costs["autotune_train"])
 
 
 def parameter_dtype(mode: str) -> torch.dtype:
@@ -146,18 +189,18 @@ def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
     return result, peak
 
 
-def call_memory(fn: Callable[[], Any], device: str | torch.device) -> int:
-    """Peak bytes one call of ``fn()`` allocates on top of what is already allocated (see "peak_memory_bytes")."""
+def call_memory(fn: Callable[[], Any], device: str | torch.device) -> tuple[int, int | None]:
+    """One call of ``fn()``: (peak bytes allocated on top of what was allocated before, the same for reserved
+    bytes on CUDA, else None); see "peak_memory_bytes" and "peak_reserved_bytes"."""
     if torch.device(device).type != "cuda":
-        return peak_tensor_bytes(fn)[1]
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)  # weights, inputs, other models: not this call's
-    return peak_cuda_memory(fn, device) - before
+        return peak_tensor_bytes(fn)[1], None
+    memory = cuda_memory(fn, device)  # weights, inputs, other models allocated before: not this call's
+    return memory.call_allocated, memory.call_reserved
 
 
 def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str, min_run_time: float,
-             with_memory: bool = True) -> tuple[float, int | None]:
-    """One warm-up call, then (median seconds, peak bytes of one call), with TF32 on only in 'tf32' modes."""
+             with_memory: bool = True) -> tuple[float, tuple[int, int | None] | None]:
+    """One warm-up call, then (median seconds, :func:`call_memory` of one call), TF32 on only in 'tf32' modes."""
     with tf32_flags(mode == "tf32"):
         fn()
         if device.type == "cuda":
@@ -173,12 +216,24 @@ def gemm(dtype: str, n: int, device: str | torch.device = "cpu", min_run_time: f
     if dtype not in GEMM_DTYPES:
         raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
     if absent_reason(dtype, device):
-        return {"dtype": dtype, "n": n, "tflops": None, "seconds": None, "absent": absent_reason(dtype, device)}
+        return {"dtype": dtype, "n": n, "tflops": None, "seconds": None, "absent": absent_reason(dtype, device),
+                **_of_peak(None, dtype, device)}
     generator = torch.Generator(device).manual_seed(0)
     torch_dtype = torch.float32 if dtype == "tf32" else getattr(torch, dtype)  # TF32 is a mode of fp32 matmuls
     a, b = (torch.randn(n, n, device=device, generator=generator, dtype=torch_dtype) for _ in range(2))
     seconds, _ = _measure(lambda: a @ b, device, "gemm", dtype, min_run_time, with_memory=False)
-    return {"dtype": dtype, "n": n, "tflops": 2 * n**3 / seconds / 1e12, "seconds": seconds}
+    tflops = 2 * n**3 / seconds / 1e12
+    return {"dtype": dtype, "n": n, "tflops": tflops, "seconds": seconds, **_of_peak(tflops, dtype, device)}
+
+
+def _of_peak(tflops: float | None, dtype: str, device: torch.device) -> dict[str, float | None]:
+    """{"peak_tflops", "fraction_of_peak"} for a known GPU (data/gpu_peaks.json), else both None."""
+    gpu = peak_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    peak = gpu.tflops.get(_PEAK_KEYS[dtype]) if gpu else None
+    return {"peak_tflops": peak, "fraction_of_peak": None if peak is None or tflops is None else tflops / peak}
+
+
+_PEAK_KEYS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 def prepare_model(model: nn.Module, mode: str, device: str | torch.device = "cpu") -> nn.Module:
@@ -204,9 +259,9 @@ def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224, m
         with torch.inference_mode(), autocast_context(mode, device.type):
             return net(x)
 
-    seconds, memory = _measure(forward, device, "inference", mode, min_run_time)
+    seconds, (memory, reserved) = _measure(forward, device, "inference", mode, min_run_time)
     return {"model": model_name, "dtype": mode, "batch": batch, "images_per_s": batch / seconds,
-            "latency_ms": seconds * 1e3, "peak_memory_bytes": memory}
+            "latency_ms": seconds * 1e3, "peak_memory_bytes": memory, "peak_reserved_bytes": reserved}
 
 
 def train_step(model: nn.Module, mode: str, batch: int, *, device: str | torch.device = "cpu",
@@ -219,27 +274,38 @@ def train_step(model: nn.Module, mode: str, batch: int, *, device: str | torch.d
     device = torch.device(device)
     net = copy.deepcopy(model).to(device, memory_format=torch.channels_last).train()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler(device.type) if mode == "autocast_float16" else None
+    scaler = torch.amp.GradScaler(device.type, init_scale=INIT_SCALE) if mode == "autocast_float16" else None
     amp_dtype = getattr(torch, mode.removeprefix("autocast_")) if mode.startswith("autocast_") else None
     x, generator = _images(batch, image_size, device, torch.float32)
     y = torch.randint(0, num_classes, (batch,), device=device, generator=generator)
 
+    counts = {"steps": 0, "applied": 0}  # GradScaler.step skips optimizer.step() when a gradient overflowed
+    optimizer.register_step_post_hook(lambda *args: counts.__setitem__("applied", counts["applied"] + 1))
+
     def step() -> None:
+        counts["steps"] += 1
         amp_step(net, x, y, optimizer, amp_dtype=amp_dtype, scaler=scaler)
         optimizer.zero_grad(set_to_none=True)
 
-    seconds, memory = _measure(step, device, "train step", mode, min_run_time)
-    return {"model": model_name, "mode": mode, "batch": batch, "step_ms": seconds * 1e3, "peak_memory_bytes": memory}
+    seconds, (memory, reserved) = _measure(step, device, "train step", mode, min_run_time)
+    scaling = None if scaler is None else {
+        "steps": counts["steps"], "skipped_steps": counts["steps"] - counts["applied"],
+        "init_scale": INIT_SCALE,
+        "final_scale": float(scaler.get_scale())}
+    return {"model": model_name, "mode": mode, "batch": batch, "step_ms": seconds * 1e3, "peak_memory_bytes": memory,
+            "peak_reserved_bytes": reserved, "scaler": scaling}
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
-    """Device type and name, PyTorch's CPU thread count, and the GPU's compute capability."""
+    """Device type and name, PyTorch's CPU thread count, the GPU's compute capability and datasheet entry."""
     cpuinfo, cuda = Path("/proc/cpuinfo"), device.type == "cuda"
     names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), flags=re.M) if cpuinfo.exists() else []
     cpu_name = names[0].strip() if names else platform.processor() or platform.machine()
+    gpu = peak_for(torch.cuda.get_device_name(device)) if cuda else None
     return {"device": device.type, "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name,
             "threads": torch.get_num_threads(),
-            "gpu_capability": "%d.%d" % torch.cuda.get_device_capability(device) if cuda else None}
+            "gpu_capability": "%d.%d" % torch.cuda.get_device_capability(device) if cuda else None,
+            "datasheet": {"name": gpu.name, "source": gpu.source} if gpu else None}
 
 
 def measure(device: str | torch.device | None = None, quick: bool = False, note: str = "",
@@ -254,6 +320,8 @@ def measure(device: str | torch.device | None = None, quick: bool = False, note:
     flags = None if device.type == "cuda" else sorted({"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
                                                       & cpu_flags())  # the CPU's native 16-bit instructions
     settings = {**plan(device.type, quick), "absent": absent, "note": note, "cpu_16bit_flags": flags}
+    if device.type == "cuda":
+        settings["estimated_seconds"] = round(estimated_seconds(settings, device))
     versions = {"torch": torch.__version__, "torchvision": torchvision.__version__, "python": platform.python_version(),
                 "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None}
     record: dict[str, Any] = {"schema": 1, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -322,8 +390,19 @@ def results_markdown(records: Sequence[dict]) -> str:
         lines += ["", f"### {machine['device']} · {what} · torch {version['torch']} · {record['created'][:10]}", ""]
         if record["settings"].get("note"):
             lines += [f"Note: {record['settings']['note']}", ""]
-        lines += ["Large GEMM (n x n @ n x n):", "", "| dtype | n | TFLOP/s |", "|---|---|---|"]
-        lines += [f"| {e['dtype']} | {e['n']} | {_fmt(e['tflops'])} |" for e in record["gemm"]]
+        gpu = peak_for(machine["device_name"]) if machine["device"] == "cuda" else None
+        if gpu is None:
+            lines += ["Large GEMM (n x n @ n x n):", "", "| dtype | n | TFLOP/s |", "|---|---|---|"]
+            lines += [f"| {e['dtype']} | {e['n']} | {_fmt(e['tflops'])} |" for e in record["gemm"]]
+        else:
+            lines += [f"Large GEMM (n x n @ n x n), as a fraction of the {gpu.name}'s dense datasheet peak "
+                      f"(`data/gpu_peaks.json`; a good large GEMM reaches about {GOOD_GEMM_FRACTION:.0%}):", "",
+                      "| dtype | n | TFLOP/s | peak TFLOP/s | fraction of peak |", "|---|---|---|---|---|"]
+            for e in record["gemm"]:
+                peak = gpu.tflops[_PEAK_KEYS[e["dtype"]]]
+                fraction = None if peak is None or e["tflops"] is None else e["tflops"] / peak
+                shown = ["-" if peak is None else f"{peak:g}", "-" if fraction is None else f"{fraction:.2f}"]
+                lines.append(f"| {e['dtype']} | {e['n']} | {_fmt(e['tflops'])} | {shown[0]} | {shown[1]} |")
         batches = sorted({e["batch"] for e in record["inference"]})
         table = {(e["dtype"], e["batch"]): e["images_per_s"] for e in record["inference"]}
         lines += ["", f"{record['settings']['model']} inference, images/s by batch size "
@@ -337,6 +416,11 @@ def results_markdown(records: Sequence[dict]) -> str:
             peak = e.get("peak_memory_bytes") or e.get("peak_tensor_bytes")  # older CPU records: peak_tensor_bytes
             lines.append(f"| {e['mode']} | {e['batch']} | {_fmt(e['step_ms'])} | "
                          f"{'-' if peak is None else _fmt(peak / 1e6)} |")
+        for e in record["train_step"]:
+            if e.get("scaler"):
+                scaler = e["scaler"]
+                lines += ["", f"{e['mode']}: the GradScaler skipped {scaler['skipped_steps']} of {scaler['steps']} "
+                          f"steps (scale {scaler['init_scale']:g} -> {scaler['final_scale']:g})."]
     return "\n".join(lines) + "\n"
 
 
@@ -374,6 +458,9 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     if args.readme:
         print(results_markdown(load_records(args.out or BENCH_DIR)), end="")
         return None
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(1, f"No CUDA device is available here (torch {torch.__version__}, built for CUDA "
+                       f"{torch.version.cuda}): nothing recorded. Record this machine with --device cpu.\n")
     if args.quick and not args.out:
         parser.error("--quick needs --out DIR: smoke-test results do not belong in data/benchmarks/")
     command = " ".join([REPRODUCE, shlex.join(argv if argv is not None else sys.argv[1:])]).strip()

@@ -1,7 +1,7 @@
 """How long a notebook takes a learner, and how much of its code teaches: ``python -m helpers.course_stats``.
 
 A notebook has a **core path** and, optionally, an **appendix**: the appendix starts at the first markdown cell
-whose text begins with ``## Appendix`` and runs to the end (the closing navigation cell aside). Workshops and
+with a line that begins with ``## Appendix`` and runs to the end (the closing navigation cell aside). Workshops and
 first readings take the core path; the appendix holds what is "under the hood".
 
 **Time** is estimated as a learner would spend it, from three counts (calibrated on an instructor's reading of
@@ -184,26 +184,56 @@ def _source(cell: dict) -> str:
     return "".join(source) if isinstance(source, list) else source
 
 
+def _add_cell(part: PartStats, cell: dict) -> None:
+    text = _source(cell)
+    if cell["cell_type"] == "markdown":
+        part.words += len(re.findall(r"[A-Za-z0-9][\w'’-]*", text))
+    elif cell["cell_type"] == "code":
+        part.code_lines += sum(1 for line in text.splitlines() if line.strip())
+        part.exercises += len(_EXERCISE.findall(text))
+        for kind, count in code_line_kinds(text).items():
+            part.kinds[kind] += count
+
+
+def _labelled_cells(path: Path) -> list[tuple[str, dict]]:
+    """Each cell of a notebook with the part it belongs to: "intro" (title and setup), "1", "2"... for a section
+    headed ``## 1. ...``, "Summary", "Exercise NN.k" for each exercise, "Appendix", or the heading's text for any
+    other ``## `` section. The closing navigation cell is left out."""
+    cells = json.loads(path.read_text())["cells"]
+    labelled, label = [], "intro"
+    for index, cell in enumerate(cells):
+        text = _source(cell).lstrip()
+        if index == len(cells) - 1 and index > 0 and cell["cell_type"] == "markdown":
+            break  # the closing navigation cell
+        if cell["cell_type"] == "markdown":
+            heading_line = re.search(r"^## (.+)$", text, re.M)
+            if label == "Appendix" or re.search(rf"^{APPENDIX_PREFIX}", text, re.M):
+                label = "Appendix"
+            elif exercise := re.search(r"\*\*Exercise (\d\d\.\d+)", text):
+                label = f"Exercise {exercise.group(1)}"
+            elif heading_line:
+                heading = heading_line.group(1).strip()
+                number = re.match(r"(\d+)\.", heading)
+                label = number.group(1) if number else heading.split()[0].strip(":")
+        labelled.append((label, cell))
+    return labelled
+
+
 def notebook_stats(path: str | Path) -> NotebookStats:
     """Words, code lines, exercises and line kinds of a notebook's core path and appendix."""
     path = Path(path)
-    cells = json.loads(path.read_text())["cells"]
     core, appendix = PartStats(), PartStats()
-    part = core
-    for index, cell in enumerate(cells):
-        text = _source(cell)
-        if cell["cell_type"] == "markdown":
-            if text.lstrip().startswith(APPENDIX_PREFIX):
-                part = appendix
-            if index == len(cells) - 1 and index > 0:
-                continue  # the closing navigation cell
-            part.words += len(re.findall(r"[A-Za-z0-9][\w'’-]*", text))
-        elif cell["cell_type"] == "code":
-            part.code_lines += sum(1 for line in text.splitlines() if line.strip())
-            part.exercises += len(_EXERCISE.findall(text))
-            for kind, count in code_line_kinds(text).items():
-                part.kinds[kind] += count
+    for label, cell in _labelled_cells(path):
+        _add_cell(appendix if label == "Appendix" else core, cell)
     return NotebookStats(path.name, core, appendix)
+
+
+def section_stats(path: str | Path) -> dict[str, PartStats]:
+    """The same counts per part of the notebook (see :func:`_labelled_cells` for the labels), in order."""
+    sections: dict[str, PartStats] = {}
+    for label, cell in _labelled_cells(Path(path)):
+        _add_cell(sections.setdefault(label, PartStats()), cell)
+    return sections
 
 
 def rounded_minutes(minutes: float, step: int = 5) -> int:
@@ -217,6 +247,48 @@ def time_estimate_text(stats: NotebookStats) -> str:
     if stats.appendix.words or stats.appendix.code_lines:
         text += f", plus about {rounded_minutes(stats.appendix.minutes)} for the appendix"
     return text
+
+
+# The 3-hour workshop route: (notebook prefix, the parts taken, what the instructor does there). A part is a
+# label of section_stats: "intro", a section number, "Summary" or "Exercise NN.k". Minutes come from the notebook.
+WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = []
+WORKSHOP_MINUTES = 180
+BREAK_MINUTES = 15
+
+
+def notebook_path(prefix: str) -> Path:
+    """The notebook whose file name starts with ``prefix`` (e.g. "03")."""
+    matches = sorted(NOTEBOOK_DIR.glob(f"{prefix}_*.ipynb"))
+    if len(matches) != 1:
+        raise ValueError(f"no single notebook starts with {prefix!r}: {matches}")
+    return matches[0]
+
+
+def route_minutes(route: list[tuple[str, tuple[str, ...], str]]) -> list[tuple[str, str, float]]:
+    """(notebook name, parts, minutes) for each stop of ``route``; raises for a part a notebook does not have."""
+    stops = []
+    for prefix, parts, _ in route:
+        path = notebook_path(prefix)
+        sections = section_stats(path)
+        missing = [part for part in parts if part not in sections]
+        if missing:
+            raise ValueError(f"{path.name} has no part(s) {missing}; it has {list(sections)}")
+        stops.append((path.name, ", ".join(parts), sum(sections[part].minutes for part in parts)))
+    return stops
+
+
+def route_markdown(route: list[tuple[str, tuple[str, ...], str]] = WORKSHOP_ROUTE) -> str:
+    """The route as a markdown table with the minutes of each stop and the running total."""
+    rows = ["| # | Notebook | Sections (§) and exercises | Focus | Minutes | Running total |",
+            "|---|---|---|---|---|---|"]
+    total = 0.0
+    for index, ((name, parts, minutes), (_, _, focus)) in enumerate(zip(route_minutes(route), route), start=1):
+        total += minutes
+        link = f"[{name[:2]}](notebooks/{name})"
+        rows.append(f"| {index} | {link} | {parts} | {focus} | {rounded_minutes(minutes, 1)} | "
+                    f"{rounded_minutes(total, 1)} |")
+    rows.append(f"| | | | break(s) | {BREAK_MINUTES} | {rounded_minutes(total + BREAK_MINUTES, 1)} |")
+    return "\n".join(rows)
 
 
 def table(paths: list[Path]) -> str:

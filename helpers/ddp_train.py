@@ -243,7 +243,8 @@ def train_rank(args: argparse.Namespace, launch: Launch, backend: str) -> dict:
     comparison["parameter_count"] = sum(p.numel() for p in model.parameters())
     if args.save_weights:
         os.makedirs(args.save_weights, exist_ok=True)
-        torch.save(model.state_dict(), os.path.join(args.save_weights, f"rank{launch.rank}.pt"))
+        state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}  # loads anywhere
+        torch.save(state, os.path.join(args.save_weights, f"rank{launch.rank}.pt"))
     return {"world_size": launch.world_size, "ranks": results, **comparison}
 
 

@@ -1,8 +1,8 @@
-"""Measurement: time (torch.utils.benchmark), parameter bytes, activation bytes, peak CUDA memory."""
+"""Measurement: time (torch.utils.benchmark), parameter and activation bytes, CUDA memory."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -64,12 +64,58 @@ def saved_activation_bytes(fn: Callable[[], Any], exclude: nn.Module | None = No
     return sum(saved_activation_bytes_by_dtype(fn, exclude).values())
 
 
-def peak_cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda") -> int:
-    """Peak bytes allocated on a CUDA device while ``fn()`` runs (raises where there is no CUDA)."""
+class CudaMemory(NamedTuple):
+    """What one call did to a CUDA device's memory, in bytes (see :func:`cuda_memory`).
+
+    *Allocated* memory is what live tensors occupy; *reserved* memory is what PyTorch's caching allocator holds
+    from the driver (allocated plus cached free blocks, rounded up to whole segments). An out-of-memory error is
+    judged against reserved memory: a request fails when the allocator cannot reserve another segment, even if
+    much of what it reserved is free but fragmented.
+    """
+
+    allocated_before: int  # live tensors before the call (weights, inputs, other models)
+    reserved_before: int   # what the allocator held before the call (after emptying its cache, if asked)
+    peak_allocated: int    # the allocator's peak of live tensors during the call (absolute)
+    peak_reserved: int     # the allocator's peak of reserved memory during the call (absolute)
+
+    @property
+    def call_allocated(self) -> int:
+        """Peak bytes of tensors the call added on top of what was allocated before it."""
+        return self.peak_allocated - self.allocated_before
+
+    @property
+    def call_reserved(self) -> int:
+        """Peak bytes the allocator had to reserve on top of what it held before the call."""
+        return self.peak_reserved - self.reserved_before
+
+
+def cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda", *,
+                empty_cache: bool = True) -> CudaMemory:
+    """Run ``fn()`` once on a CUDA device and return its :class:`CudaMemory` (raises where there is no CUDA).
+
+    ``empty_cache`` first returns the allocator's cached free blocks to the driver, so that ``reserved_before``
+    is what live tensors need and ``call_reserved`` what this call made the allocator reserve.
+    """
     if not torch.cuda.is_available():
-        raise RuntimeError("peak_cuda_memory needs a CUDA GPU; on CPU use saved_activation_bytes instead.")
+        raise RuntimeError("cuda_memory needs a CUDA GPU; on CPU use saved_activation_bytes instead.")
     torch.cuda.synchronize(device)
+    if empty_cache:
+        torch.cuda.empty_cache()
+    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device)
+    return CudaMemory(allocated, reserved, torch.cuda.max_memory_allocated(device),
+                      torch.cuda.max_memory_reserved(device))
+
+
+def peak_cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda") -> int:
+    """Peak bytes of CUDA tensors ``fn()`` allocates on top of those allocated before it (raises without CUDA).
+
+    The allocator's peak minus what was allocated before the call, so weights and inputs that already exist
+    do not count; it is *allocated* memory (live tensors), not *reserved* memory (what an out-of-memory error is
+    judged against): :func:`cuda_memory` returns both.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("peak_cuda_memory needs a CUDA GPU; on CPU use saved_activation_bytes instead.")
+    return cuda_memory(fn, device, empty_cache=False).call_allocated

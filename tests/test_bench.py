@@ -82,9 +82,27 @@ def test_plan_cuda_uses_large_sizes_and_every_mode():
     settings = bench.plan("cuda")
     assert settings["gemm_n"] == 8192 and settings["cudnn_benchmark"]
     assert set(settings["inference_batches"]) == set(bench.INFERENCE_MODES)
-    assert all(max(b) == 256 for b in settings["inference_batches"].values())
+    assert all(max(b) >= 128 for b in settings["inference_batches"].values())
     assert settings["train_modes"] == list(bench.TRAIN_MODES) and "tf32" in settings["train_modes"]
     assert settings["left_out"] == {}
+    # ResNet-50 fp32 training at this batch fits a 16 GB GPU (T4, V100 16GB): ~0.2 GB of activations per image
+    assert settings["train_batch"] <= 32
+
+
+def test_cuda_plan_finishes_within_three_minutes_on_an_h100(monkeypatch):
+    """The recorder's budget in tools/gpu-validate.sh (BENCH_S) is 180 s: the plan's estimate leaves a margin."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    settings = bench.plan("cuda")
+    counts = bench.measurement_counts(settings, "cuda")
+    assert counts == {"gemm": 4, "inference": 6 * len(settings["inference_batches"]["float32"]), "train": 4}
+    estimate = bench.estimated_seconds(settings, "cuda")
+    assert estimate <= 150, f"{estimate:.0f} s: shrink the CUDA plan (batches, min_run_time)"
+    # the estimate is the sum of its parts: measurements, autotuning and start-up
+    costs = bench.CUDA_COSTS
+    assert estimate == pytest.approx(costs["startup"] + 32 * (settings["min_run_time_s"] + costs["per_measurement"])
+                                     + 24 * costs["autotune_inference"] + 4 * costs["autotune_train"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4: fewer modes
+    assert bench.estimated_seconds(settings, "cuda") < estimate
 
 
 def test_plan_quick_is_tiny_and_unknown_device_is_rejected():
@@ -163,11 +181,14 @@ def test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first(m
         assert seen == [(mode, mode == "tf32", mode == "tf32", 2)]
 
 
-def test_measure_refuses_cuda_where_there_is_none():
+def test_measure_refuses_cuda_where_there_is_none(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(RuntimeError, match="--device cpu"):
         bench.measure("cuda")
+    with pytest.raises(SystemExit) as stopped:  # the command line says so in one line, without a traceback
+        bench.main(["--device", "cuda", "--out", "unused"])
+    assert stopped.value.code == 1 and capsys.readouterr().err.startswith("No CUDA device is available here")
 
 
 # ---------------------------------------------------------------------------------------------- memory
@@ -211,11 +232,11 @@ def test_peak_tensor_bytes_halves_in_bfloat16():
 
 def test_call_memory_on_cuda_subtracts_what_was_allocated_before(monkeypatch):
     """Peak minus baseline: memory other models hold before the call is not the call's (allocator mocked)."""
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1000)
-    monkeypatch.setattr(bench, "peak_cuda_memory", lambda fn, device: (fn(), 1600)[1])
-    assert bench.call_memory(lambda: None, "cuda") == 600
-    assert bench.call_memory(lambda: torch.empty(10), "cpu") == 40  # elsewhere: the tensors the call creates
+    from helpers.measure import CudaMemory
+
+    monkeypatch.setattr(bench, "cuda_memory", lambda fn, device: (fn(), CudaMemory(1000, 2048, 1600, 4096))[1])
+    assert bench.call_memory(lambda: None, "cuda") == (600, 2048)
+    assert bench.call_memory(lambda: torch.empty(10), "cpu") == (40, None)  # the tensors the call creates
 
 
 # ---------------------------------------------------------------------------------------- measurements
@@ -224,6 +245,7 @@ def test_gemm_measures_and_tf32_is_absent_on_cpu():
     entry = bench.gemm("float32", 64, "cpu", min_run_time=0.01)
     assert entry["tflops"] > 0
     assert math.isclose(entry["tflops"], 2 * 64**3 / entry["seconds"] / 1e12)
+    assert entry["peak_tflops"] is None and entry["fraction_of_peak"] is None  # no datasheet peak for a CPU
     absent = bench.gemm("tf32", 64, "cpu")
     assert absent["tflops"] is None and absent["seconds"] is None and "TF32" in absent["absent"]
     assert bench.gemm("bfloat16", 32, "cpu", min_run_time=0.01)["tflops"] > 0
@@ -259,8 +281,27 @@ def test_train_step_leaves_the_model_alone_and_counts_gradients(mode):
     # new gradients every step (zero_grad sets them to None); the momentum buffers exist since the warm-up
     assert entry["peak_memory_bytes"] >= helpers.parameter_bytes(model, include_buffers=False)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert entry["peak_reserved_bytes"] is None  # reserved memory: CUDA only
+    if mode == "autocast_float16":
+        scaler = entry["scaler"]
+        assert scaler["init_scale"] == 2.0**16 and scaler["steps"] >= 3  # warm-up, memory call, timed steps
+        assert 0 <= scaler["skipped_steps"] <= scaler["steps"]
+        assert scaler["final_scale"] == scaler["init_scale"] / 2 ** scaler["skipped_steps"]  # no growth this soon
+    else:
+        assert entry["scaler"] is None
     with pytest.raises(ValueError, match="Unknown training mode"):
         bench.train_step(model, "float16", 2)
+
+
+def test_train_step_records_the_steps_a_grad_scaler_skips(monkeypatch):
+    """At a huge initial scale the fp16 backward overflows: the skipped steps and the halved scale are recorded."""
+    monkeypatch.setattr(bench, "INIT_SCALE", 2.0**100)
+    entry = bench.train_step(tiny_model(), "autocast_float16", 2, image_size=16, min_run_time=0.01, num_classes=10)
+    scaler = entry["scaler"]
+    assert scaler["init_scale"] == 2.0**100 and scaler["skipped_steps"] >= 1
+    assert scaler["final_scale"] == 2.0**100 / 2 ** scaler["skipped_steps"]
+    text = bench.results_markdown([record_with(train_step=[entry])])
+    assert f"skipped {scaler['skipped_steps']} of {scaler['steps']} steps" in text
 
 
 # ------------------------------------------------------------------------------- whole record and CLI
@@ -324,6 +365,18 @@ def test_results_markdown_says_when_gpu_results_are_missing_and_what_memory_mean
     assert "| float32 | 2 | 50 | 2 |" in bench.results_markdown([older])  # older CPU records kept it there
     gpu = record_with(machine={"device": "cuda", "device_name": "GPU", "threads": 1, "gpu_capability": "9.0"})
     assert "No GPU results" not in bench.results_markdown([record_with(), gpu])
+    assert "fraction of peak" not in bench.results_markdown([gpu])  # an unknown GPU: no datasheet
+
+
+def test_results_markdown_reports_gemms_as_a_fraction_of_the_datasheet_peak():
+    h100 = record_with(machine={"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "threads": 16,
+                                "gpu_capability": "9.0"},
+                       gemm=[{"dtype": "float32", "n": 8192, "tflops": 50.25, "seconds": 0.02},
+                             {"dtype": "bfloat16", "n": 8192, "tflops": 742.1, "seconds": 0.002}])
+    text = bench.results_markdown([h100])
+    assert "fraction of the H100 SXM's dense datasheet peak" in text and "about 80%" in text
+    assert "| float32 | 8192 | 50.2 | 67 | 0.75 |" in text
+    assert "| bfloat16 | 8192 | 742 | 989.5 | 0.75 |" in text
 
 
 def test_plot_inference_draws_what_is_recorded():

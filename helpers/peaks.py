@@ -1,0 +1,82 @@
+"""Datasheet peak throughput of common NVIDIA GPUs (``data/gpu_peaks.json``), and measured figures as a fraction
+of it.
+
+Figures are dense (no structured sparsity) TFLOP/s from NVIDIA's datasheets and whitepapers; each GPU names its
+source document. ``None`` means the format has no tensor-core support on that GPU (TF32/bf16 before Ampere, fp8
+before Ada/Hopper).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PEAKS_FILE = Path(__file__).resolve().parent.parent / "data" / "gpu_peaks.json"
+FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "tensorfloat32": "tf32"}
+
+#: What a well-shaped large GEMM reaches of the dense 16-bit peak on a datacenter GPU: about 0.8.
+GOOD_GEMM_FRACTION = 0.8
+#: The measurement behind :data:`GOOD_GEMM_FRACTION`.
+GOOD_GEMM_SOURCE = (
+    "S. Bekman, Machine Learning Engineering Open Book, 'Maximum Achievable Matmul FLOPS comparison table' "
+    "(https://github.com/stas00/ml-engineering/tree/master/compute/accelerator), bf16 torch.matmul, best shape of "
+    "a search, mean of 100 runs: H100 SXM 794.5 of 989 TFLOP/s (80.3 %), GH200 828.6 of 989 (83.8 %), "
+    "A100 SXM 271.2 of 312 (86.9 %). A plain square GEMM of one size usually lands a few percent lower."
+)
+
+
+@dataclass(frozen=True)
+class GpuPeak:
+    """One GPU's datasheet figures (dense TFLOP/s per format; ``None`` where the format has no tensor cores)."""
+
+    name: str
+    architecture: str
+    capability: str  # CUDA compute capability, e.g. "9.0"
+    tflops: dict[str, float | None]
+    memory_gb: float
+    bandwidth_tb_s: float
+    source: str  # title and URL of the NVIDIA document the figures come from
+    match: tuple[str, ...] = ()  # regular expressions matched against torch.cuda.get_device_name()
+    note: str = ""
+
+
+def _format_key(dtype: str) -> str:
+    key = str(dtype).removeprefix("torch.").lower()
+    key = _ALIASES.get(key, key)
+    if key not in FORMATS:
+        raise ValueError(f"Unknown format {dtype!r}: use one of {', '.join(FORMATS)} (or float32/float16/bfloat16).")
+    return key
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> tuple[GpuPeak, ...]:
+    gpus = json.loads(Path(path).read_text())["gpus"]
+    return tuple(GpuPeak(**{**gpu, "tflops": dict(gpu["tflops"]), "match": tuple(gpu["match"])}) for gpu in gpus)
+
+
+def load_peaks(path: str | Path = PEAKS_FILE) -> dict[str, GpuPeak]:
+    """Every GPU in the peaks file, by name (e.g. ``"H100 SXM"``)."""
+    return {gpu.name: gpu for gpu in _load(str(path))}
+
+
+def peak_for(device_name: str, path: str | Path = PEAKS_FILE) -> GpuPeak | None:
+    """The entry for a ``torch.cuda.get_device_name()`` string (e.g. "NVIDIA H100 80GB HBM3"), or None if unknown."""
+    for gpu in _load(str(path)):
+        if any(re.search(pattern, device_name) for pattern in gpu.match):
+            return gpu
+    return None
+
+
+def fraction_of_peak(tflops: float, device_name: str, dtype: str) -> float | None:
+    """Measured ``tflops`` as a fraction of the datasheet's dense peak for ``dtype`` on ``device_name``.
+
+    ``dtype``: fp32, tf32, fp16, bf16, fp8 (or float32/float16/bfloat16). None for an unknown GPU or a format
+    without tensor-core support there.
+    """
+    key = _format_key(dtype)
+    gpu = peak_for(device_name)
+    peak = gpu.tflops.get(key) if gpu else None
+    return None if peak is None else tflops / peak
