@@ -52,7 +52,7 @@ def test_hardware_class_comes_from_measurement_on_cpu_and_capability_on_cuda(mon
     assert guide.hardware_class("cpu", _profile(2.5)) == "cpu-bf16"
     assert guide.hardware_class("cpu", _profile(0.01)) == "cpu-avx2"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for capability, expected in (((7, 0), "cuda-fp16"), ((7, 5), "cuda-fp16"), ((8, 0), "cuda-bf16"),
+    for capability, expected in (((6, 1), "cuda-fp32"), ((7, 0), "cuda-fp16"), ((7, 5), "cuda-fp16"), ((8, 0), "cuda-bf16"),
                                  ((8, 9), "cuda-bf16"), ((9, 0), "cuda-bf16")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
@@ -76,3 +76,27 @@ def test_solution_07_2_is_the_boundary_of_overflow():
     assert k < 24
     assert nb07.largest_finite_scale_exponent(start=k) == k
     assert nb07.largest_finite_scale_exponent(start=k + 1) == k  # k + 1 overflows
+
+
+def _section_refs(text: str) -> list[tuple[str, str]]:
+    """("03", "6") for each "03 §6" (and "04 §1–3" -> 1 and 3, "06 §6–7, §8") reference in ``text``."""
+    import re
+
+    refs = []
+    for notebook, sections in re.findall(r"\b(0\d) ((?:§[\w]+(?:[–-]\d+)?(?:, )?)+)", text):
+        for section in re.findall(r"§(\w+)", sections) + re.findall(r"[–-](\d+)", sections):
+            refs.append((notebook, section))
+    return refs
+
+
+def test_guide_and_notebook_07_point_at_sections_that_exist():
+    from pathlib import Path
+
+    from helpers.course_stats import notebook_path, section_stats
+
+    texts = [Path(guide.__file__).read_text(),
+             Path(notebook_path("07")).read_text()]
+    refs = [ref for text in texts for ref in _section_refs(text)]
+    assert len(refs) > 20
+    for notebook, section in refs:
+        assert section in section_stats(notebook_path(notebook)), f"{notebook} has no section {section}"

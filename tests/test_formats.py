@@ -55,3 +55,103 @@ def test_spacing_grows_with_magnitude_and_is_inf_past_the_range():
     assert gaps[1].item() == 1.0
     assert gaps[2].item() == math.inf
     assert spacing(0.0, torch.float16).item() == 2.0**-24
+
+
+# --- 8-bit formats (torch >= 2.1, on CPU too) ---
+
+from helpers.formats import FP8_DTYPES, format_table, logged_losses, round_mantissa, tf32_settings  # noqa: E402
+
+
+def test_fp8_facts_match_the_fp8_paper():
+    e4m3, e5m2 = (format_facts(d) for d in FP8_DTYPES)
+    assert (e4m3.bits, e4m3.exponent_bits, e4m3.mantissa_bits, e4m3.max) == (8, 4, 3, 448.0)
+    assert (e5m2.bits, e5m2.exponent_bits, e5m2.mantissa_bits, e5m2.max) == (8, 5, 2, 57344.0)
+    assert e4m3.smallest_subnormal == 2.0**-9 and e5m2.smallest_subnormal == 2.0**-16
+    assert e5m2.smallest_normal == format_facts(torch.float16).smallest_normal  # float16's exponent
+    assert "e4m3fn" in format_table() and "e5m2" in format_table()
+
+
+@pytest.mark.parametrize(
+    "value, dtype, fields",
+    [
+        (448.0, torch.float8_e4m3fn, ("0", "1111", "110")),
+        (1.0, torch.float8_e4m3fn, ("0", "0111", "000")),
+        (-0.5, torch.float8_e5m2, ("1", "01110", "00")),
+        (float("inf"), torch.float8_e5m2, ("0", "11111", "00")),
+    ],
+)
+def test_bit_fields_of_fp8(value, dtype, fields):
+    assert bit_fields(value, dtype) == fields
+
+
+def test_e4m3fn_has_no_infinity():
+    patterns = torch.tensor([0x7E, 0x7F], dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    assert patterns[0].item() == 448.0 and patterns[1].isnan()
+    converted = torch.tensor([500.0, math.inf]).to(torch.float8_e4m3fn).float()
+    assert not converted.isinf().any()  # NaN (torch 2.4) or 448 (saturating, newer releases): never inf
+
+
+def test_spacing_of_every_format_including_fp8():
+    assert spacing(1.0, torch.float8_e4m3fn).item() == 0.125
+    assert spacing(1.0, torch.float8_e5m2).item() == 0.25
+    assert spacing(0.0, torch.float8_e4m3fn).item() == 2.0**-9
+    for dtype in (torch.float16, torch.float8_e4m3fn, torch.float8_e5m2):
+        top = torch.finfo(dtype).max
+        assert spacing(top, dtype).item() == math.inf and spacing(2 * top, dtype).item() == math.inf
+    values = torch.tensor([1e-3, 0.3, 7.0, 1e4])
+    nextafter = torch.nextafter(values.half(), torch.tensor(math.inf).half()).double() - values.half().double()
+    assert torch.equal(spacing(values, torch.float16), nextafter)
+
+
+# --- round_mantissa: TF32 emulation ---
+
+def test_round_mantissa_matches_the_16_bit_casts():
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(round_mantissa(x, 7), x.bfloat16().float())  # bf16: float32's exponent, 7 bits
+    normal = x.abs() >= torch.finfo(torch.float16).smallest_normal
+    assert torch.equal(round_mantissa(x, 10)[normal], x.half().float()[normal])  # same 10 bits as fp16
+    assert torch.equal(round_mantissa(x, 23), x)
+
+
+def test_round_mantissa_ties_to_even_and_truncation():
+    ulp = 2.0**-10  # the gap after 1.0 with 10 mantissa bits
+    x = torch.tensor([1 + ulp / 2, 1 + 3 * ulp / 2, 1 + ulp / 2 + 2.0**-20, -(1 + ulp / 2)])
+    assert round_mantissa(x, 10).tolist() == [1.0, 1 + 2 * ulp, 1 + ulp, -1.0]
+    assert round_mantissa(x, 10, truncate=True).tolist() == [1.0, 1 + ulp, 1.0, -1.0]
+    special = torch.tensor([math.inf, -math.inf, math.nan, torch.finfo(torch.float32).max])
+    out = round_mantissa(special, 10)
+    assert out[0] == math.inf and out[1] == -math.inf and out[2].isnan() and out[3] == math.inf  # max rounds up
+
+
+def test_round_mantissa_refuses_other_dtypes_and_bits():
+    with pytest.raises(TypeError):
+        round_mantissa(torch.ones(2, dtype=torch.float64), 10)
+    with pytest.raises(ValueError):
+        round_mantissa(torch.ones(2), 24)
+
+
+def test_tf32_settings_report_pytorch_defaults():
+    settings = tf32_settings()
+    assert settings["torch.backends.cuda.matmul.allow_tf32"] is False
+    assert settings["torch.backends.cudnn.allow_tf32"] is True
+    assert settings["torch.get_float32_matmul_precision()"] == "highest"
+
+
+# --- exercise 00.4 (fix the code): a float16 running mean ---
+
+def _running_mean(dtype: torch.dtype) -> float:
+    losses = logged_losses()
+    total = torch.zeros((), dtype=dtype)
+    for loss in losses:
+        total = total + loss
+    return (total / len(losses)).item()
+
+
+def test_exercise_00_4_broken_code_is_rejected_and_fixes_are_accepted():
+    from helpers import check
+
+    assert check("00.4", _running_mean(torch.float16)) is False  # the code as given: the fp16 sum stalls
+    assert check("00.4", _running_mean(torch.float32)) is True   # fix 1: a float32 accumulator
+    losses = logged_losses()
+    assert check("00.4", (losses.sum() / len(losses)).item()) is True  # fix 2: torch.sum (fp32 inside)
+    assert check("00.4", losses.float().mean().item()) is True
