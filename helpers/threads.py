@@ -85,6 +85,61 @@ class DtypeProbe(nn.Module):
         return y
 
 
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What every call of a :class:`DtypeProbe` saw during one :func:`observe` (the same in every thread)."""
+
+    outside: torch.dtype  # the dtype of the autocast entered around the call
+    threads: tuple[str, ...]  # the threads that ran forward, sorted
+    enabled: bool  # autocast on inside forward?
+    inside: torch.dtype  # the autocast dtype current inside forward
+    output: torch.dtype  # the dtype of the layer's output
+
+    def __repr__(self) -> str:
+        inside = f"on, {_short(self.inside)}" if self.enabled else "off"
+        return (f"outside: {_short(self.outside):<8}  ran in: {', '.join(self.threads):<20}  "
+                f"autocast inside: {inside:<13}  output: {_short(self.output)}")
+
+
+class Observations(dict):
+    """Named :class:`Seen` rows, shown as an aligned table (``Observations(direct=seen, ...)``)."""
+
+    def __repr__(self) -> str:
+        width = max((len(name) for name in self), default=0)
+        return "\n".join(f"{name:<{width}}  {seen!r}" for name, seen in self.items())
+
+
+def observe(model: DtypeProbe, outside: torch.dtype, call: Callable[[], Any], device_type: str = "cpu") -> Seen:
+    """Run ``call()`` under ``torch.amp.autocast(device_type, dtype=outside)``; return what ``model`` saw inside.
+
+    ``model.log`` is cleared first. Raises ``ValueError`` if its calls (one per replica) saw different states.
+    """
+    model.log.clear()
+    with torch.amp.autocast(device_type, dtype=outside):
+        call()
+    states = {(o.autocast_enabled, o.autocast_dtype, o.output_dtype) for o in model.log}
+    if len(states) != 1:
+        raise ValueError(f"expected one state over {len(model.log)} calls, saw {states}")
+    enabled, inside, output = states.pop()
+    return Seen(outside, tuple(sorted({o.thread for o in model.log})), enabled, inside, output)
+
+
+def parallel_apply_autocast_calls() -> list[str]:
+    """The arguments of every ``autocast(...)`` call in the installed ``torch.nn.parallel.parallel_apply``.
+
+    Since PyTorch 1.7 the replica worker enters ``autocast(device_type, enabled=autocast_enabled)``: the
+    caller's flag, and no ``dtype``.
+    """
+    from torch.nn.parallel import parallel_apply
+
+    source = inspect.getsource(parallel_apply)
+    return [" ".join(args.split()) for args in re.findall(r"autocast\(([^()]*)\)", source)]
+
+
 def replay_parallel_apply(modules: Sequence[nn.Module], inputs: Sequence[torch.Tensor], *,
                           device_type: str = "cpu", behaviour: str = "1.7+") -> list[torch.Tensor]:
     """Run ``modules[i](inputs[i])`` as ``torch.nn.parallel.parallel_apply`` does: one thread per replica.

@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import re
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 from torch.nn.parallel import parallel_apply
 
 from helpers.exercises import check, solution
-from helpers.threads import (AutocastState, DtypeProbe, SharedLog, autocast_state, doc_sentences,
-                             replay_data_parallel, replay_parallel_apply, run_in_thread, source_lines)
+from helpers.threads import (AutocastState, DtypeProbe, Observations, Seen, SharedLog, autocast_state,
+                             doc_sentences, observe, parallel_apply_autocast_calls, replay_data_parallel,
+                             replay_parallel_apply, run_in_thread, source_lines)
 
 X = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
 
@@ -207,3 +210,58 @@ def test_solution_05_2_bare_autocast_falls_back_to_a_default():
     assert solution("05.2") == torch.bfloat16
     assert check("05.2", torch.bfloat16) is True
     assert check("05.2", torch.float16) is False
+
+
+def test_observe_returns_what_every_replica_saw():
+    probe = DtypeProbe()
+    seen = observe(probe, torch.float16, lambda: replay_data_parallel(probe, X))
+    assert seen == Seen(torch.float16, ("replica-0", "replica-1"), True, torch.bfloat16, torch.bfloat16)
+    assert len(probe.log) == 2
+    assert observe(probe, torch.bfloat16, lambda: run_in_thread(probe, X)).threads == ("worker",)
+    assert len(probe.log) == 1  # cleared before each call
+
+
+def test_observe_rejects_replicas_that_disagree():
+    probe = DtypeProbe()
+
+    def disagree():
+        probe(X)  # autocast on, in this thread
+        run_in_thread(probe, X)  # autocast off there
+
+    with pytest.raises(ValueError, match="expected one state"):
+        observe(probe, torch.bfloat16, disagree)
+
+
+def test_seen_and_observations_show_aligned_rows():
+    seen = Seen(torch.bfloat16, ("MainThread",), True, torch.bfloat16, torch.bfloat16)
+    off = Seen(torch.float16, ("replica-0", "replica-1"), False, torch.bfloat16, torch.float32)
+    assert "autocast inside: on, bfloat16" in repr(seen) and "output: bfloat16" in repr(seen)
+    assert "autocast inside: off" in repr(off) and "output: float32" in repr(off)
+    lines = repr(Observations({"a": seen, "longer name": off})).splitlines()
+    assert len(lines) == 2 and lines[0].index("outside") == lines[1].index("outside")
+    assert repr(Observations()) == ""
+
+
+def test_parallel_apply_autocast_calls_pass_the_flag_only():
+    calls = parallel_apply_autocast_calls()
+    assert calls and all("enabled=autocast_enabled" in c and "dtype" not in c and "\n" not in c for c in calls)
+
+
+def _notebook_cell(notebook: str, needle: str) -> str:
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / notebook).read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    matching = [s for s in sources if needle in s]
+    assert len(matching) == 1, f"expected one cell with {needle!r}"
+    return matching[0]
+
+
+def test_exercise_05_4_broken_code_is_rejected_and_the_repair_accepted():
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(_notebook_cell("05_dataparallel_and_ddp.ipynb", "class TinyClassifier"), namespace)  # as given
+    broken = namespace["TinyClassifier"](amp_dtype=torch.float16)
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        broken_dtype = replay_data_parallel(broken, X).dtype
+    assert broken_dtype == torch.bfloat16  # the replica thread's default
+    assert check("05.4", broken_dtype) is False
+    assert check("05.4", torch.float32) is False
+    assert solution("05.4") == torch.float16 and check("05.4", torch.float16) is True

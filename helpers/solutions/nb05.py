@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from ..data import shapes_dataset
@@ -55,8 +56,30 @@ def half_batch_average_matches_full_batch() -> bool:
     return torch.allclose(full, halves)
 
 
+class TinyClassifier(nn.Module):
+    """05.4, repaired: ``forward`` enters autocast with the model's own dtype, so every thread uses it."""
+
+    def __init__(self, amp_dtype: torch.dtype):
+        super().__init__()
+        self.amp_dtype = amp_dtype
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.amp.autocast(x.device.type, dtype=self.amp_dtype):
+            return self.body(x)
+
+
+def repaired_classifier_replica_dtype() -> torch.dtype:
+    """05.4: the output dtype of the repaired float16 classifier under the 1.7+ re-enactment, float16 outside."""
+    model = TinyClassifier(amp_dtype=torch.float16)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        return replay_data_parallel(model, x).dtype
+
+
 SOLUTIONS = {
     "05.1": replica_dtype_after_set_autocast_dtype,
     "05.2": bare_decorator_output_dtype,
     "05.3": half_batch_average_matches_full_batch,
+    "05.4": repaired_classifier_replica_dtype,
 }
