@@ -255,7 +255,7 @@ def summary_lines(report: dict) -> list[str]:
              f"{' + GradScaler' if first['grad_scaler'] else ''}, {first['images_per_step']} images per step"]
     for r in report["ranks"]:
         losses = r["losses"]
-        k = min(5, len(losses))
+        k = max(1, min(5, len(losses) // 2))  # first and last windows never overlap
         lines.append(f"rank {r['rank']} ({r['device']}): {r['steps']} steps in {r['seconds']:.1f} s, loss (mean of "
                      f"{k} steps) {sum(losses[:k]) / k:.2f} -> {sum(losses[-k:]) / k:.2f}, logits {r['logits_dtype']}")
     lines.append(f"parameters identical on every rank: {report['parameters_identical']} "

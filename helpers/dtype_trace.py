@@ -59,3 +59,28 @@ def dtype_summary(records: list[OpRecord]) -> dict[str, Counter]:
         for dtype in record.output_dtypes:
             summary.setdefault(record.name, Counter())[dtype] += 1
     return summary
+
+
+CAST_OPS = ("to", "_to_copy")  # a cast dispatches as "to" under inference_mode on some versions, else "_to_copy"
+
+GRAD_MODES: dict[str, Callable[[], Any]] = {
+    "inference_mode": torch.inference_mode,
+    "no_grad": torch.no_grad,
+    "grad enabled (training)": torch.enable_grad,
+}
+
+
+def casts_per_call(module: torch.nn.Module, inputs: torch.Tensor, dtype: torch.dtype, grad_mode: str,
+                   calls: int = 2) -> list[int]:
+    """How many casts autocast makes in each of ``calls`` forward passes inside ONE autocast context.
+
+    ``grad_mode`` is a key of :data:`GRAD_MODES`. Autocast keeps the 16-bit copy of a weight (a leaf tensor that
+    requires grad) in a cache until the context exits, so a later call inside the same context may skip casts
+    that the first call made; the input is cast again every time (it is a new tensor each call).
+    """
+    counts = []
+    with GRAD_MODES[grad_mode](), torch.amp.autocast(inputs.device.type, dtype=dtype):
+        for _ in range(calls):
+            _, records = record_ops(lambda: module(inputs))
+            counts.append(sum(record.name in CAST_OPS for record in records))
+    return counts
