@@ -19,6 +19,7 @@ class TrainLog:
     losses: list[float] = field(default_factory=list)
     scales: list[float] = field(default_factory=list)  # GradScaler.get_scale() after each update
     skipped_steps: int = 0  # steps whose optimizer.step() the scaler skipped (inf/NaN gradients)
+    scheduler_steps: int = 0  # scheduler.step() calls: one per optimizer step that really ran
     seconds: float = 0.0
 
 
@@ -54,6 +55,17 @@ def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, optim
     return loss, logits
 
 
+def skipped_by_scaler(scale_before: float, scale_after: float) -> bool:
+    """Whether the ``GradScaler`` step between these two ``get_scale()`` readings skipped ``optimizer.step()``.
+
+    ``update()`` multiplies the scale by ``backoff_factor`` (< 1) exactly when ``step()`` found inf/NaN gradients
+    and skipped the optimizer; after a clean step it keeps the scale or multiplies it by ``growth_factor`` (> 1),
+    never both on one step. So a skip is a *lower* scale: exact while the scale is positive. (About 165 skips in
+    a row take a float32 scale of 2**16 down to 0, which then stays 0; the run is broken by then anyway.)
+    """
+    return scale_after < scale_before
+
+
 def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, max_steps: int | None = None) -> TrainLog:
@@ -61,8 +73,9 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
 
     ``amp_dtype=None`` trains in plain fp32; otherwise forward and loss run under
     ``torch.amp.autocast(device_type, dtype=amp_dtype)`` and backward runs outside it. ``scaler`` is a
-    ``torch.amp.GradScaler`` (fp16 only); ``scheduler`` is stepped after every optimizer step. The device
-    is the one the model's parameters live on.
+    ``torch.amp.GradScaler`` (fp16 only); ``scheduler`` is stepped after every optimizer step that ran, not
+    after one the scaler skipped (inf/NaN gradients), so the schedule follows the updates that happened. The
+    device is the one the model's parameters live on.
     """
     device = next(model.parameters()).device
     if amp_dtype is not None:
@@ -90,11 +103,14 @@ def _train_epochs(model, batches, optimizer, device, log, epochs, amp_dtype, sca
             scale_before = scaler.get_scale() if scaler is not None else None
             loss, _ = amp_step(model, inputs.to(device), labels.to(device), optimizer, amp_dtype=amp_dtype,
                                scaler=scaler)
+            stepped = True
             if scaler is not None:
                 log.scales.append(scaler.get_scale())
-                log.skipped_steps += int(log.scales[-1] < scale_before)
-            if scheduler is not None:
+                stepped = not skipped_by_scaler(scale_before, log.scales[-1])
+                log.skipped_steps += not stepped
+            if scheduler is not None and stepped:
                 scheduler.step()
+                log.scheduler_steps += 1
             log.losses.append(loss.item())
             step += 1
 

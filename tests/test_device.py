@@ -119,3 +119,18 @@ def test_environment_report_names_versions_and_device():
     assert report["torch"] == torch.__version__
     assert report["device"] == "cpu"
     assert report["autocast dtype here"] == "torch.bfloat16"
+
+
+def test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu(tmp_path):
+    """torch 2.4 prints "No CUDA runtime is found" when torch.utils.benchmark loads with CUDA_HOME set and no GPU."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "CUDA_HOME": str(tmp_path), "PYTHONPATH": str(root)}
+    code = "import helpers, helpers.measure, torch.utils.benchmark; print('imported')"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "imported\n"
+    assert done.stderr == ""

@@ -1,0 +1,212 @@
+"""Tests that fail when the course's recipe is subtly broken (issue 12): gradients reaching the optimizer at the
+wrong scale, skipped steps not counted (or the scheduler stepped anyway), and a checkpoint loader that would
+unpickle arbitrary objects. Each test compares with an independent reference (a plain float32 step, a scale
+sequence worked out by hand, a file that records whether foreign code ran)."""
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import helpers
+from helpers.train import skipped_by_scaler
+
+LR = 0.5
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def small_problem(seed: int = 0, n: int = 32, features: int = 16, classes: int = 4):
+    """A seeded linear classifier and one batch: small enough that float16 emulation costs nothing."""
+    generator = torch.Generator().manual_seed(seed)
+    model = nn.Linear(features, classes)
+    with torch.no_grad():
+        model.weight.copy_(torch.randn(classes, features, generator=generator) * 0.3)
+        model.bias.copy_(torch.randn(classes, generator=generator) * 0.1)
+    inputs = torch.randn(n, features, generator=generator)
+    labels = torch.randint(0, classes, (n,), generator=generator)
+    return model, inputs, labels
+
+
+def updates(model: nn.Module, steps: int, inputs, labels, **amp_step_kwargs) -> torch.Tensor:
+    """The change of every parameter after ``steps`` calls of ``helpers.amp_step`` (SGD, lr=LR), flattened.
+
+    Also checks what every step returns: float32 master weights, logits in the autocast dtype, a float32 loss.
+    """
+    model = copy.deepcopy(model)
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for _ in range(steps):
+        loss, logits = helpers.amp_step(model, inputs, labels, optimizer, **amp_step_kwargs)
+        assert logits.dtype == (amp_step_kwargs.get("amp_dtype") or torch.float32)
+        assert loss.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
+    return torch.cat([p.detach().flatten() for p in model.parameters()]) - before
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_scaled_float32_step_updates_exactly_like_a_plain_float32_step(steps):
+    """A GradScaler multiplies the loss by 2**16 and divides the gradients by it again: in float32 both are exact
+    (powers of two), so the update equals the plain step's to rounding. A loss scaled twice, or gradients that
+    reach the optimizer still scaled, are off by a factor of 65536."""
+    model, inputs, labels = small_problem()
+    plain = updates(model, steps, inputs, labels)
+    scaler = torch.amp.GradScaler("cpu")
+    scaled = updates(model, steps, inputs, labels, scaler=scaler)
+    assert scaler.get_scale() == 2.0**16  # no step was skipped, so the comparison is meaningful
+    n = inputs.shape[0]
+    # the two runs differ only by exact power-of-two scaling; allow a few float32 roundings per summed term
+    assert relative_error(scaled, plain) <= 8 * EPS32 * n
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_float16_autocast_step_with_a_scaler_matches_float32_to_float16_precision(steps):
+    model, inputs, labels = small_problem()
+    plain = updates(model, steps, inputs, labels)
+    scaled = updates(model, steps, inputs, labels, amp_dtype=torch.float16,
+                     scaler=helpers.make_scaler("cpu", torch.float16))
+    # inputs and weights are rounded to float16 (relative error 2**-11 each) before the matmul, the logits after
+    # it: a few roundings (measured: 3e-4); a factor 65536 (or 0, or 2) is far outside, bfloat16's error too
+    assert relative_error(scaled, plain) <= 4 * torch.finfo(torch.float16).eps
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_bfloat16_autocast_step_matches_float32_to_bfloat16_precision(steps):
+    model, inputs, labels = small_problem()
+    plain = updates(model, steps, inputs, labels)
+    low = updates(model, steps, inputs, labels, amp_dtype=torch.bfloat16)
+    assert relative_error(low, plain) <= 4 * torch.finfo(torch.bfloat16).eps  # 8 significant bits; measured 4e-3
+
+
+def test_amp_step_zeroes_gradients_and_leaves_them_unscaled_for_the_next_step():
+    """After ``scaler.step`` the ``.grad`` the optimizer used are the true (unscaled) gradients of this batch."""
+    model, inputs, labels = small_problem()
+    reference = copy.deepcopy(model)
+    nn.functional.cross_entropy(reference(inputs), labels).backward()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay, the grads are kept
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(2):  # a second step must not accumulate onto the first one's gradients
+        helpers.amp_step(model, inputs, labels, optimizer, scaler=scaler)
+    for got, want in zip(model.parameters(), reference.parameters()):
+        assert relative_error(got.grad, want.grad) <= 8 * EPS32 * inputs.shape[0]
+
+
+INF_BATCHES = (0, 3, 4)  # the first step is one of them: the scheduler must not be stepped before the optimizer
+
+
+def batches_with_injected_infs(count: int = 8, bad: tuple[int, ...] = INF_BATCHES):
+    _, inputs, labels = small_problem()
+    batches = []
+    for index in range(count):
+        x = inputs.clone()
+        if index in bad:
+            x[index % len(x), 0] = float("inf")  # one inf input -> inf/NaN logits, loss and gradients
+        batches.append((x, labels))
+    return batches
+
+
+def expected_scales(init: float, bad: tuple[int, ...], count: int) -> list[float]:
+    """GradScaler's documented rule with growth_interval=1: halve after a skipped step, double after a clean one."""
+    scales, scale = [], init
+    for index in range(count):
+        scale = scale * 0.5 if index in bad else scale * 2.0
+        scales.append(scale)
+    return scales
+
+
+def test_train_counts_skipped_steps_exactly_and_steps_the_scheduler_only_after_real_updates():
+    model, _, _ = small_problem()
+    batches = batches_with_injected_infs()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scaler = helpers.make_scaler("cpu", torch.float16, init_scale=2.0**8, growth_interval=1)
+    weights = []
+    model.register_forward_pre_hook(lambda module, args: weights.append(module.weight.detach().clone()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        log = helpers.train(model, batches, optimizer, amp_dtype=torch.float16, scaler=scaler, scheduler=scheduler)
+    clean = len(batches) - len(INF_BATCHES)
+    assert log.skipped_steps == len(INF_BATCHES)
+    assert log.scales == expected_scales(2.0**8, INF_BATCHES, len(batches))  # grows on clean steps: not skips
+    assert log.scheduler_steps == clean and scheduler.last_epoch == clean
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**clean, rel=1e-12)
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]  # the order warning of notebook 04
+    weights.append(model.weight.detach().clone())
+    for index in range(len(batches)):  # a skipped step leaves the weights bit-for-bit; a clean one moves them
+        assert torch.equal(weights[index], weights[index + 1]) == (index in INF_BATCHES)
+
+
+def test_train_without_a_scaler_steps_the_scheduler_every_step():
+    model, _, _ = small_problem()
+    batches = batches_with_injected_infs(bad=())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    log = helpers.train(model, batches, optimizer, scheduler=scheduler, max_steps=5)
+    assert log.skipped_steps == 0 and log.scheduler_steps == 5 and scheduler.last_epoch == 5
+    assert len(log.losses) == 5
+
+
+@pytest.mark.parametrize(("before", "after", "skipped"), [
+    (2.0**16, 2.0**15, True),    # backed off: skipped
+    (2.0**16, 2.0**16, False),   # clean, growth interval not reached
+    (2.0**16, 2.0**17, False),   # clean, and the scale grew on this very step
+    (2.0**-149, 0.0, True),
+])
+def test_skipped_by_scaler_reads_a_lower_scale_as_a_skip(before, after, skipped):
+    assert skipped_by_scaler(before, after) is skipped
+
+
+class LeavesATrace:
+    """Unpickling this calls ``Path.touch``: a stand-in for arbitrary code that a checkpoint file could run."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def test_checkpoint_loader_reads_a_plain_state_dict(tmp_path):
+    torch.manual_seed(1)
+    saved = helpers.ShapesCNN()
+    path = tmp_path / "weights.pt"
+    torch.save(saved.state_dict(), path)
+    loaded = helpers.load_reference_model(path)
+    assert not loaded.training
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), loaded.state_dict().values()))
+
+
+def test_checkpoint_loader_refuses_a_pickled_object_and_runs_none_of_its_code(tmp_path):
+    marker = tmp_path / "foreign code ran"
+    state = helpers.ShapesCNN().state_dict()
+    path = tmp_path / "weights.pt"
+    torch.save({**state, "extra": LeavesATrace(marker)}, path)
+    with pytest.raises(pickle.UnpicklingError):  # torch.load(..., weights_only=True) refuses the class
+        helpers.load_reference_model(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, None])
+def test_make_scaler_refuses_every_dtype_but_float16(dtype):
+    with pytest.raises(ValueError, match="No GradScaler is needed"):
+        helpers.make_scaler("cpu", dtype)
+    assert isinstance(helpers.make_scaler("cpu", torch.float16), torch.amp.GradScaler)
+
+
+def test_evaluate_in_chunks_sees_every_image_once():
+    model = helpers.load_reference_model()
+    dataset = helpers.shapes_dataset("test", n=10)
+    whole = helpers.evaluate(model, dataset, batch_size=10)
+    chunked = helpers.evaluate(model, dataset, batch_size=3)  # 3 + 3 + 3 + 1
+    assert chunked.logits.shape == whole.logits.shape == (10, len(helpers.CLASSES))
+    # another batch size may pick other conv kernels: equal to float32 rounding over the largest reduction
+    # (64 channels x 3 x 3 = 576 terms), relative to the largest logit
+    tolerance = 576 * EPS32 * whole.logits.abs().max().item()
+    torch.testing.assert_close(chunked.logits, whole.logits, rtol=0, atol=tolerance)
