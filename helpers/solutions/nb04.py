@@ -1,7 +1,8 @@
-"""Solutions to notebook 04's exercises, computed with PyTorch."""
+"""Solutions to notebook 04's exercises, computed with PyTorch (the fix-the-code ones by the repaired code)."""
 import torch
 from torch import nn
 
+from .. import scaler_lab
 from ..scaling import injected_inf_steps
 
 
@@ -37,6 +38,35 @@ def _steps_applied_with_accumulation() -> int:
     return applied
 
 
+def _clipped_update_norm() -> float:
+    def unscale_then_clip(model, optimizer, scaler, loss, max_norm):
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+    return scaler_lab.update_norm(unscale_then_clip, scaler_lab.CLIP_NORM)
+
+
+def _resumed_scale() -> float:
+    def save(model, optimizer, scaler):
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}
+
+    def load(checkpoint, model, optimizer, scaler):
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scaler.load_state_dict(checkpoint["scaler"])
+
+    return scaler_lab.resumed_scale(save, load)
+
+
+def _fp16_training_ratio() -> float:
+    net = scaler_lab.faint_net("cpu")  # float32 parameters: autocast computes in float16, GradScaler unscales
+    optimizer = torch.optim.Adam(net.parameters(), lr=scaler_lab.FAINT_LR)
+    return scaler_lab.fp16_training_ratio(net, optimizer, torch.amp.GradScaler("cpu"))
+
+
 SOLUTIONS = {
     # 04.1: scale after clean x3, inf, clean x4, inf, inf, clean with growth_interval=3 from 2**16
     "04.1": _scale_after_sequence,
@@ -44,4 +74,14 @@ SOLUTIONS = {
     "04.2": _smallest_scale_keeping_1e9,
     # 04.3: optimizer steps applied over 12 micro-batches, accumulation 4, inf in micro-batch 6
     "04.3": _steps_applied_with_accumulation,
+    # 04.4 (fix the code): norm of the clipped SGD update, unscale_ before clip_grad_norm_ (= max_norm)
+    "04.4": _clipped_update_norm,
+    # 04.5 (fix the code): the scale a run resumes with when the checkpoint holds scaler.state_dict()
+    "04.5": _resumed_scale,
+    # 04.6 (fix the code): last / first loss of float16-autocast training with float32 parameters and a scaler
+    "04.6": _fp16_training_ratio,
 }
+
+# 04.4: the clipped update is max_norm up to float32 rounding on any device; 04.6: a GPU's float16 kernels
+# change the ratio by far less than 5 %, while a run without a working scaler ends at 2.7x the ratio (or NaN).
+TOLERANCES = {"04.4": 1e-3, "04.6": 0.05}
