@@ -53,7 +53,7 @@ GUIDE: dict[str, Advice] = {
         "NVIDIA GPU with fp16 tensor cores but none for bf16: V100 (sm_70), T4 (sm_75), RTX 20xx",
         "float16 (`.half()` or autocast float16); bf16 runs emulated there, slower",
         "autocast float16 + GradScaler; float32 master weights",
-        "03 §2; 04 §1–3, §8; data/gpu_peaks.json (NVIDIA V100 and T4 datasheets); PyTorch AMP recipe "
+        "03 §2; 04 §1–4, §7; data/gpu_peaks.json (NVIDIA V100 and T4 datasheets); PyTorch AMP recipe "
         "(pytorch.org/tutorials/recipes/recipes/amp_recipe.html); NVIDIA DeepLearningExamples ResNet-50 (V100 AMP "
         "3.3x fp32)"),
     "cuda-bf16": Advice(
@@ -61,7 +61,7 @@ GUIDE: dict[str, Advice] = {
         "bfloat16 or float16; decide TF32 for what stays float32 (cuDNN convolutions default to TF32)",
         "autocast bfloat16, no GradScaler; TF32 for float32 layers if the accuracy allows; fp8 (Ada, Hopper, "
         "Blackwell) needs extra libraries (beyond this course)",
-        "00 §9–10 (TF32, fp8); 03 §4; 04 §8; data/gpu_peaks.json (NVIDIA A100/H100/H200 datasheets); NVIDIA "
+        "00 §9–10 (TF32, fp8); 03 §4; 04 §7; data/gpu_peaks.json (NVIDIA A100/H100/H200 datasheets); NVIDIA "
         "DeepLearningExamples ResNet-50 (A100 AMP 2.6x TF32)"),
 }
 

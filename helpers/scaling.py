@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from .device import autocast_state
+from .device import _version_at_least, autocast_state
 from .formats import _INT_VIEW
 
 def _stored(values: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -30,10 +30,12 @@ def _stored(values: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[tor
     return exact, (exact * scale).to(dtype)
 
 
-def flush_to_zero_fraction(values: torch.Tensor, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> float:
-    """Fraction of the non-zero ``values`` that become exactly 0 when ``values * scale`` is stored as ``dtype``.
+def underflow_fraction(values: torch.Tensor, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> float:
+    """Fraction of the non-zero ``values`` that round to exactly 0 (underflow) when ``values * scale`` is stored
+    as ``dtype``: those closer to 0 than half of ``dtype``'s smallest subnormal number.
 
-    ``scale`` is a loss scale: with ``scale=2**16`` this is what survives a ``GradScaler``'s default scale.
+    ``scale`` is a loss scale: with ``scale=2**16`` this is what a ``GradScaler``'s default scale loses. The
+    result depends only on the stored values and ``dtype``'s range, not on any kernel.
     """
     _, stored = _stored(values, dtype, scale)
     return (stored == 0).double().mean().item()
@@ -47,7 +49,7 @@ def overflow_fraction(values: torch.Tensor, dtype: torch.dtype = torch.float16, 
 
 def subnormal_fraction(values: torch.Tensor, dtype: torch.dtype = torch.float16, scale: float = 1.0) -> float:
     """Fraction of the non-zero ``values`` that land below ``dtype``'s smallest normal number (precision is lost
-    there: fp16 subnormals keep fewer than 10 significant bits), counting those that flush to 0."""
+    there: fp16 subnormals keep fewer than 10 significant bits), counting those that round to 0."""
     _, stored = _stored(values, dtype, scale)
     return (stored.abs() < torch.finfo(dtype).smallest_normal).double().mean().item()
 
@@ -140,6 +142,26 @@ def _fake_tensor_mode() -> type:
     return FakeTensorMode
 
 
+FAKE_CUDA_WITHOUT_GPU = (2, 10)  # first release whose fake CUDA tensors need no GPU (pytorch/pytorch#163016)
+
+
+def _check_fake_cuda_stays_off_the_runtime() -> None:
+    """Raise :class:`SimulationUnavailable` where fake CUDA tensors would call the real CUDA runtime.
+
+    Before torch 2.10, the Python bindings of indexing (``t[0]``), ``copy_`` (used by every module's weight
+    initialisation) and a few other methods take a real CUDA *device guard*, even on a fake tensor: on a machine
+    without a usable GPU that fails ("CUDA driver version is insufficient", or "not linked with support for cuda
+    devices" on a CPU-only build). From 2.10 the guard is a no-op there. With a GPU, any release works.
+    """
+    if _version_at_least(torch.__version__, FAKE_CUDA_WITHOUT_GPU) or torch.cuda.is_available():
+        return
+    raise SimulationUnavailable(
+        f"torch {torch.__version__} takes a real CUDA device guard for some operations on fake CUDA tensors "
+        f"(indexing, copy_); simulating CUDA autocast without a GPU needs torch >= "
+        f"{'.'.join(map(str, FAKE_CUDA_WITHOUT_GPU))}"
+    )
+
+
 @contextmanager
 def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None]:
     """Apply PyTorch's *CUDA* autocast rules on a machine without a GPU.
@@ -151,11 +173,13 @@ def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None
     CUDA autocast refuses raise their real error. Nothing about speed or memory can be learned this way.
 
     Create the model and inputs inside the block; results are fake tensors (use ``.dtype``, ``.shape``).
-    Raises :class:`SimulationUnavailable` where the private fake-tensor API is missing.
+    Raises :class:`SimulationUnavailable` where the private fake-tensor API is missing, and on a machine without a
+    GPU under torch < 2.10, where some operations on fake CUDA tensors would call the real CUDA runtime.
     """
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"CUDA autocast runs in float16 or bfloat16, not {dtype}")
     fake_tensor_mode = _fake_tensor_mode()
+    _check_fake_cuda_stays_off_the_runtime()
     enabled, previous_dtype = autocast_state("cuda")
     with fake_tensor_mode(), torch.device("cuda"):
         torch.set_autocast_dtype("cuda", dtype)
@@ -173,14 +197,18 @@ def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None
 def cuda_simulation_available() -> tuple[bool, str]:
     """Whether :func:`simulated_cuda_autocast` works with the installed PyTorch: ``(True, "")``, or ``(False, why)``.
 
-    Runs one matmul in the simulation and checks that it lands on a (fake) CUDA device in float16.
+    Runs what the notebooks do in the simulation (build a layer, index a tensor, a linear layer, a softmax) and
+    checks CUDA's rules: the layer's output is float16 on a (fake) CUDA device, the softmax float32.
     """
     try:
         with simulated_cuda_autocast(torch.float16):
-            a = torch.ones(2, 2)
-            result = a @ a
-        if result.device.type != "cuda" or result.dtype != torch.float16:
-            return False, f"the simulation gave a {result.dtype} tensor on {result.device.type}, not float16 on cuda"
+            layer = nn.Linear(4, 4)  # weight initialisation goes through copy_
+            hidden = layer(torch.ones(3, 4)[1:])  # indexing
+            probabilities = torch.softmax(hidden, dim=1)
+        got = (hidden.device.type, hidden.dtype, probabilities.dtype)
+        if got != ("cuda", torch.float16, torch.float32):
+            return False, (f"the simulation gave linear -> {hidden.dtype} on {hidden.device.type} and softmax -> "
+                           f"{probabilities.dtype}, not CUDA's float16 on cuda and float32")
     except Exception as error:  # noqa: BLE001 - any failure means: skip the simulated CUDA parts
         return False, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     return True, ""

@@ -11,7 +11,7 @@ import helpers
 from helpers.dtype_trace import record_ops
 from helpers.device import autocast_state
 from helpers.scaling import (SimulationUnavailable, autocast_rule_devices, bitwise_equal,
-                             cuda_simulation_available, flush_to_zero_fraction, gradients, injected_inf_steps,
+                             cuda_simulation_available, underflow_fraction, gradients, injected_inf_steps,
                              max_abs_difference, optimizer_snapshot, overflow_fraction, same_state,
                              simulated_cuda_autocast, snapshot, subnormal_fraction)
 
@@ -21,17 +21,17 @@ needs_simulation = pytest.mark.skipif(not SIMULATION, reason=f"simulated CUDA au
 
 def test_fractions_follow_the_float16_range():
     values = torch.tensor([1e-9, 1e-6, 1e-3, 1.0, 0.0])  # the zero is ignored
-    assert flush_to_zero_fraction(values) == 0.25               # only 1e-9 flushes
-    assert subnormal_fraction(values) == 0.5                    # 1e-9 (flushed) and 1e-6 (subnormal)
+    assert underflow_fraction(values) == 0.25               # only 1e-9 rounds to 0
+    assert subnormal_fraction(values) == 0.5                    # 1e-9 (rounded to 0) and 1e-6 (subnormal)
     assert overflow_fraction(values) == 0.0
-    assert flush_to_zero_fraction(values, scale=2.0**16) == 0.0
+    assert underflow_fraction(values, scale=2.0**16) == 0.0
     assert overflow_fraction(values, scale=2.0**16) == 0.25     # 1.0 * 65536 > 65504
-    assert flush_to_zero_fraction(values, torch.bfloat16) == 0.0
+    assert underflow_fraction(values, torch.bfloat16) == 0.0
 
 
 def test_fractions_reject_bad_arguments():
     with pytest.raises(ValueError, match="positive"):
-        flush_to_zero_fraction(torch.ones(3), scale=0.0)
+        underflow_fraction(torch.ones(3), scale=0.0)
     with pytest.raises(ValueError, match="no non-zero"):
         overflow_fraction(torch.zeros(3))
     with pytest.raises(TypeError, match="not a floating-point"):
@@ -179,3 +179,37 @@ def test_optimizer_snapshot_sees_adam_steps_but_not_skipped_ones():
     assert all(isinstance(v, torch.Tensor) for v in snap.values())
     snap["0.exp_avg"] += 1                            # a copy: changing it leaves the optimizer alone
     assert not same_state(snap, optimizer_snapshot(optimizer))
+
+
+def test_simulation_refuses_where_fake_cuda_tensors_would_call_the_cuda_runtime(monkeypatch):
+    """Before torch 2.10, indexing or copy_ on a fake CUDA tensor takes a real CUDA device guard: without a GPU the
+    simulation must say so up front (notebook 03 then skips its CUDA columns) instead of failing mid-notebook."""
+    import helpers.scaling as scaling
+
+    monkeypatch.setattr(torch, "__version__", "2.9.1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    available, why = cuda_simulation_available()
+    assert available is False and "2.10" in why and "device guard" in why
+    with pytest.raises(SimulationUnavailable, match="2.10"):
+        with simulated_cuda_autocast():
+            pass
+    assert autocast_state("cuda")[0] is False  # nothing was switched on
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # with a GPU, the guard is harmless
+    scaling._check_fake_cuda_stays_off_the_runtime()
+
+
+def test_simulation_check_notices_rules_that_are_not_cudas(monkeypatch):
+    """A simulation that does not apply CUDA's rules (here: no autocast, no fake CUDA device) is reported."""
+    import contextlib
+
+    import helpers.scaling as scaling
+
+    monkeypatch.setattr(scaling, "simulated_cuda_autocast", lambda dtype: contextlib.nullcontext())
+    available, why = cuda_simulation_available()
+    assert available is False and "not CUDA's" in why
+
+
+def test_simulation_check_prints_nothing(capfd):
+    cuda_simulation_available()
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
