@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -147,38 +147,45 @@ def layout_times(model: nn.Module, batch: torch.Tensor, dtype: torch.dtype | Non
     return times
 
 
-_ONEDNN_PROBE = """
-import torch
-conv = torch.nn.Conv2d(64, 64, 3, padding=1).eval()
-x = torch.randn(1, 64, 56, 56)
-with torch.inference_mode():
-    for layout in (torch.contiguous_format, torch.channels_last):
-        print("LAYOUT", layout, flush=True)
-        conv.to(memory_format=layout)(x.contiguous(memory_format=layout))
-"""
+def _c_stdout_of(fn: Callable[[], Any]) -> str:
+    """What ``fn()`` writes to the process's file descriptor 1 (C libraries such as oneDNN print there, below
+    Python's ``sys.stdout``, so a notebook cell would not show it)."""
+    sys.stdout.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(1)
+        os.dup2(captured.fileno(), 1)
+        try:
+            fn()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        captured.seek(0)
+        return captured.read().decode(errors="replace")
 
 
-def onednn_conv_kernels(timeout: float = 60.0) -> dict[str, list[str]]:
-    """Which oneDNN primitives one CPU convolution runs per memory layout, read from ``ONEDNN_VERBOSE=1``.
+def onednn_conv_kernels() -> dict[str, list[str]]:
+    """Which oneDNN primitives one CPU convolution runs per memory layout, read from oneDNN's verbose log.
 
-    Runs a 64-channel 3x3 convolution on a 56x56 image in a fresh Python process (oneDNN reads the variable at
-    start-up), once contiguous and once channels_last, and returns ``{layout name: ["reorder jit:blk", ...,
-    "convolution brg_conv_fwd:avx512_core", ...]}``: each primitive with its implementation. Empty lists where
-    this build of PyTorch does not run convolutions through oneDNN (or prints nothing).
+    Runs a 64-channel 3x3 convolution on a 56x56 image, once contiguous and once channels_last, with
+    ``torch.backends.mkldnn.verbose`` on (the in-process form of ``ONEDNN_VERBOSE=1``), and returns ``{layout
+    name: ["reorder jit:blk", ..., "convolution brg_conv_fwd:avx512_core", ...]}``: each primitive with its
+    implementation. Empty lists where this build of PyTorch does not run convolutions through oneDNN.
     """
-    env = {**os.environ, "ONEDNN_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-c", _ONEDNN_PROBE], env=env, capture_output=True, text=True,
-                            timeout=timeout, check=True)
-    kernels: dict[str, list[str]] = {name: [] for name in LAYOUTS}
-    names = iter(LAYOUTS)
-    current = None
-    for line in result.stdout.splitlines():
-        if line.startswith("LAYOUT"):
-            current = next(names)
-        elif current and re.match(r"onednn_verbose,(v\d+,)?(primitive,)?exec,cpu,", line):
-            fields = line.split(",")
-            at = fields.index("cpu")
-            kernels[current].append(f"{fields[at + 1]} {fields[at + 2]}")
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1).eval()
+    x = torch.randn(1, 64, 56, 56)
+    kernels: dict[str, list[str]] = {}
+    for name, layout in LAYOUTS.items():
+        def run(layout: torch.memory_format = layout) -> None:
+            with torch.inference_mode(), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                conv.to(memory_format=layout)(x.contiguous(memory_format=layout))
+
+        kernels[name] = []
+        for line in _c_stdout_of(run).splitlines():
+            if re.match(r"onednn_verbose,(v\d+,)?(primitive,)?exec,cpu,", line):
+                fields = line.split(",")
+                at = fields.index("cpu")
+                kernels[name].append(f"{fields[at + 1]} {fields[at + 2]}")
     return kernels
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import logging
+import os
 import platform
 import sys
 from dataclasses import dataclass
@@ -270,24 +272,62 @@ def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
     return tuple(profile)
 
 
-def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
-                  elementwise_n: int | None = None, min_run_time: float = 0.03) -> dict[str, DtypeSpeed]:
-    """Measure, on ``device``, how fast bfloat16 and float16 are relative to float32; cached per process.
+def _machine_key(device: torch.device, matmul_n: int, elementwise_n: int) -> str:
+    """What a cached profile is valid for: the hardware, the kernels torch may use, the thread count, the sizes."""
+    if device.type == "cuda":
+        hardware = f"{torch.cuda.get_device_name(device)} sm_%d%d" % torch.cuda.get_device_capability(device)
+    else:
+        flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"})
+        hardware = f"{platform.machine()} {platform.processor()} {'+'.join(flags)}"
+    kernels = (f"{torch.backends.cpu.get_cpu_capability()} ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}"
+               f" ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA')}")
+    return (f"{device.type}|{hardware}|{kernels}|torch {torch.__version__}|{torch.get_num_threads()} threads|"
+            f"{matmul_n}|{elementwise_n}")
 
-    Two micro-benchmarks per dtype (``torch.utils.benchmark``, about a second in all on a laptop CPU): an
-    ``n x n`` matmul (compute-bound: only 16-bit arithmetic units make it faster) and the sum of two long vectors
-    (memory-bound: half the bytes is faster even where the arithmetic is emulated). Returns
-    ``{"float32": ..., "bfloat16": ..., "float16": ...}`` of :class:`DtypeSpeed`, verdicts included. This is what
-    every "is bf16 fast here?" branch of the course asks; CPU flags only explain the answer (:func:`fast_dtypes`).
+
+def speed_cache_path() -> Path:
+    """Where measured profiles are kept between runs: ``$AMP_COURSE_CACHE`` or ``~/.cache/amp-course``."""
+    root = os.environ.get("AMP_COURSE_CACHE") or Path.home() / ".cache" / "amp-course"
+    return Path(root) / "speed_profile.json"
+
+
+def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
+                  elementwise_n: int | None = None, min_run_time: float = 0.03,
+                  refresh: bool = False) -> dict[str, DtypeSpeed]:
+    """Measure, on ``device``, how fast bfloat16 and float16 are relative to float32; cached.
+
+    Two micro-benchmarks per dtype (``torch.utils.benchmark``, about a second in all): an ``n x n`` matmul
+    (compute-bound: only 16-bit arithmetic units make it faster) and the sum of two long vectors (memory-bound: half
+    the bytes is faster even where the arithmetic is emulated). Returns ``{"float32": ..., "bfloat16": ...,
+    "float16": ...}`` of :class:`DtypeSpeed`, verdicts included. This is what every "is bf16 fast here?" branch of
+    the course asks; CPU flags only explain the answer (:func:`fast_dtypes`).
+
+    The ratios are kept per process and in a small JSON file (:func:`speed_cache_path`) keyed by the hardware, the
+    kernels torch may use (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``), the torch version and the thread
+    count, so each notebook does not measure again; ``refresh=True`` measures now and updates the file.
     """
     device = torch.device(device)
-    if device.type == "cuda":
-        defaults = (4096, 1 << 26)
-    else:
-        defaults = (256, 1 << 24)
-    profile = _speed_profile(str(device), torch.get_num_threads(), matmul_n or defaults[0],
-                             elementwise_n or defaults[1], min_run_time)
-    return {speed.dtype: speed for speed in profile}
+    defaults = (4096, 1 << 26) if device.type == "cuda" else (256, 1 << 22)
+    matmul_n, elementwise_n = matmul_n or defaults[0], elementwise_n or defaults[1]
+    key, path = _machine_key(device, matmul_n, elementwise_n), speed_cache_path()
+    try:
+        cache = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        cache = {}
+    if refresh:
+        _speed_profile.cache_clear()
+    elif key in cache:
+        return {name: DtypeSpeed(name, mm, ew, "the baseline" if name == "float32" else speed_verdict(mm, ew))
+                for name, (mm, ew) in cache[key].items()}
+    profile = {speed.dtype: speed for speed in _speed_profile(str(device), torch.get_num_threads(), matmul_n,
+                                                               elementwise_n, min_run_time)}
+    cache[key] = {name: (s.matmul_speedup, s.elementwise_speedup) for name, s in profile.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache, indent=1))
+    except OSError:  # a read-only home: measure again next time
+        pass
+    return profile
 
 
 def workload(dtype: torch.dtype | str, full: int, reduced: int, device: str | torch.device = "cpu") -> int:
@@ -346,11 +386,11 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
 def environment_report(device: str | torch.device | None = None) -> dict[str, str]:
     """Versions, the chosen device and the autocast dtype for it, as a dict of strings to print."""
     device = pick_device(device)
-    try:
-        import torchvision
+    from importlib import metadata
 
-        torchvision_version = torchvision.__version__
-    except ImportError:  # pragma: no cover - torchvision is in requirements.txt
+    try:  # the installed version, without importing torchvision (a few seconds on a laptop)
+        torchvision_version = metadata.version("torchvision")
+    except metadata.PackageNotFoundError:  # pragma: no cover - torchvision is in requirements.txt
         torchvision_version = "not installed"
     report = {
         "python": platform.python_version(),

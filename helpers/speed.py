@@ -45,7 +45,7 @@ def _fastest(fn, min_run_time: float) -> float:
 
 def measure_two_kinds(device: str | torch.device = "cpu", add_sizes: tuple[int, ...] | None = None,
                       matmul_sizes: tuple[int, ...] | None = None,
-                      min_run_time: float = 0.02, cpu_threads: int | None = 1) -> list[SpeedPoint]:
+                      min_run_time: float = 0.01, cpu_threads: int | None = 1) -> list[SpeedPoint]:
     """Time ``x + x`` and ``a @ a`` in float32, bfloat16 and float16 over a few sizes on ``device``.
 
     A dtype whose matmuls this machine emulates (see :func:`helpers.device.workload`) skips the largest matmul

@@ -74,24 +74,32 @@ def test_layout_times_restores_the_model_and_times_both_layouts():
 
 
 def test_onednn_conv_kernels_parses_verbose_lines(monkeypatch):
-    stdout = "\n".join([
-        "LAYOUT torch.contiguous_format",
-        "onednn_verbose,v1,primitive,info,template:operation,engine,primitive,implementation",
-        "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:blk,undef,src:f32::blocked:abcd::f0,,1x64x56x56,0.3",
-        "onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx512_core,forward_training,src:f32,alg,0.5",
-        "LAYOUT torch.channels_last",
+    logs = iter([
+        "\n".join([
+            "onednn_verbose,v1,primitive,info,template:operation,engine,primitive,implementation",
+            "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:blk,undef,src:f32::blocked:abcd::f0,,1x64x56x56,0.3",
+            "onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx512_core,forward_training,src:f32,alg,0.5"]),
         "onednn_verbose,primitive,exec,cpu,convolution,brg_conv_fwd:avx2,forward_training,src:f32,alg,0.4",
     ])
-
-    class Done:
-        pass
-
-    done = Done()
-    done.stdout = stdout
-    monkeypatch.setattr(deploy.subprocess, "run", lambda *args, **kwargs: done)
+    monkeypatch.setattr(deploy, "_c_stdout_of", lambda fn: next(logs))
     assert deploy.onednn_conv_kernels() == {
         "contiguous (NCHW)": ["reorder jit:blk", "convolution jit:avx512_core"],
         "channels_last (NHWC)": ["convolution brg_conv_fwd:avx2"]}
+
+
+def test_c_stdout_of_captures_what_c_code_prints_below_sys_stdout():
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    text = deploy._c_stdout_of(lambda: (libc.printf(b"from C %d\n", 42), libc.fflush(None)))
+    assert text == "from C 42\n"
+
+
+def test_onednn_conv_kernels_names_a_convolution_where_onednn_runs():
+    kernels = deploy.onednn_conv_kernels()
+    assert set(kernels) == set(deploy.LAYOUTS)
+    if torch.backends.mkldnn.is_available() and any(kernels.values()):
+        assert all(any(k.startswith("convolution ") for k in found) for found in kernels.values())
 
 
 def test_mode_dtype():

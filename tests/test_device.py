@@ -134,3 +134,24 @@ def test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu(tm
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == "imported\n"
     assert done.stderr == ""
+
+
+def test_speed_profile_is_cached_per_machine_and_kernel_choice(monkeypatch):
+    first = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, min_run_time=0.001)
+    assert device_module.speed_cache_path().exists()
+    device_module._speed_profile.cache_clear()
+
+    def must_not_measure(*args, **kwargs):
+        raise AssertionError("measured again although the profile was cached")
+
+    must_not_measure.cache_clear = lambda: None
+    monkeypatch.setattr(device_module, "_speed_profile", must_not_measure)
+    again = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
+    assert {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in again.items()} == \
+        {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in first.items()}
+    assert again["bfloat16"].verdict == first["bfloat16"].verdict
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # other kernels: another measurement
+    with pytest.raises(AssertionError, match="measured again"):
+        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
+    with pytest.raises(AssertionError, match="measured again"):
+        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, refresh=True)

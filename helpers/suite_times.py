@@ -1,0 +1,120 @@
+"""How long the classroom pre-flight (``pytest``) takes, per notebook: ``python -m helpers.suite_times``.
+
+Runs the whole suite once (``pytest --junitxml``), adds up the time of every test item per file group (the unit
+tests as one group, each notebook as one), and writes ``data/suite_times/suite_<cpu class>.json``. The CPU class is
+measured, not guessed: "native bf16" where :func:`helpers.device.speed_profile` finds bf16 matmuls at least as
+fast as float32, else "emulated bf16" (an AVX2-only laptop; imitate one on a newer CPU with
+``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``). ``--readme`` prints the README's table from the recorded
+files. A benchmark, not a timed test: nothing fails because a machine is slow.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import torch
+
+from .device import speed_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMES_DIR = ROOT / "data" / "suite_times"
+TARGETS = {"native bf16": 120, "emulated bf16": 150}  # seconds, whole suite on 2 cores (the course's promise)
+
+
+def cpu_class() -> str:
+    """'native bf16' or 'emulated bf16', from this machine's measured bf16 matmul speed."""
+    return "native bf16" if speed_profile("cpu")["bfloat16"].compute_is_fast else "emulated bf16"
+
+
+def group_of(testcase: ElementTree.Element) -> str:
+    """The file group of one junit test case: a notebook's file name, or 'unit tests'."""
+    classname = testcase.get("classname", "")  # "notebooks.07_name.ipynb" or "tests.test_formats"
+    return classname.removeprefix("notebooks.") if classname.endswith(".ipynb") else "unit tests"
+
+
+def group_seconds(junit_xml: Path) -> dict[str, float]:
+    """Seconds per file group in a junit report (setup, call and teardown of every item)."""
+    totals: dict[str, float] = {}
+    for testcase in ElementTree.parse(junit_xml).getroot().iter("testcase"):
+        group = group_of(testcase)
+        totals[group] = totals.get(group, 0.0) + float(testcase.get("time", 0.0))
+    return dict(sorted(totals.items(), key=lambda item: (item[0] != "unit tests", item[0])))
+
+
+def measure(pytest_args: list[str] | None = None) -> dict:
+    """Run the suite once and return the record (written by :func:`main`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        start = time.perf_counter()
+        completed = subprocess.run([sys.executable, "-m", "pytest", "-q", f"--junitxml={report}",
+                                    *(pytest_args or [])], cwd=ROOT)
+        wall = time.perf_counter() - start
+        groups = group_seconds(report)
+    profile = speed_profile("cpu")
+    return {"cpu_class": cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "speed_profile": {name: {"matmul_speedup": round(speed.matmul_speedup, 3),
+                                     "elementwise_speedup": round(speed.elementwise_speedup, 2)}
+                              for name, speed in profile.items() if name != "float32"},
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "created": datetime.date.today().isoformat(), "exit_status": completed.returncode,
+            "wall_seconds": round(wall, 1), "groups": {k: round(v, 1) for k, v in groups.items()}}
+
+
+def _records(directory: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(directory.glob("suite_*.json"))]
+
+
+def readme_speed_table(directory: Path = TIMES_DIR) -> str:
+    """The README's table of measured dtype speed (ratio to float32) for each recorded CPU class."""
+    rows = ["| CPU class (torch's kernels) | bf16 matmul | bf16 element-wise | fp16 matmul | fp16 element-wise |",
+            "|---|---|---|---|---|"]
+    for r in _records(directory):
+        p = r["speed_profile"]
+        rows.append(f"| {r['cpu_class']} ({r['cpu_capability']}) | "
+                    + " | ".join(f"{p[d][k]:.2g}x" for d in ("bfloat16", "float16")
+                                 for k in ("matmul_speedup", "elementwise_speedup")) + " |")
+    return "\n".join(rows)
+
+
+def readme_table(directory: Path = TIMES_DIR) -> str:
+    """The README's table: seconds per group for each recorded CPU class, with the whole suite's wall time."""
+    records = _records(directory)
+    if not records:
+        return "(no suite timing recorded yet: run `python -m helpers.suite_times`)"
+    groups = list(dict.fromkeys(g for r in records for g in r["groups"]))
+    header = "| | " + " | ".join(f"{r['cpu_class']} ({r['cpu_capability']}, torch {r['torch']})" for r in records)
+    rows = [header + " |", "|---" * (len(records) + 1) + "|"]
+    for group in groups:
+        rows.append(f"| {group} | " + " | ".join(f"{r['groups'].get(group, float('nan')):.0f} s" for r in records)
+                    + " |")
+    rows.append("| **whole `pytest` run (wall)** | " + " | ".join(
+        f"**{r['wall_seconds']:.0f} s** (target {TARGETS[r['cpu_class']]} s)" for r in records) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", action="store_true", help="print the README table from the recorded files")
+    parser.add_argument("pytest_args", nargs="*", help="extra arguments for pytest")
+    args = parser.parse_args(argv)
+    if args.readme:
+        print(readme_speed_table(), readme_table(), sep="\n\n")
+        return 0
+    record = measure(args.pytest_args)
+    TIMES_DIR.mkdir(exist_ok=True)
+    path = TIMES_DIR / f"suite_{record['cpu_class'].replace(' ', '_')}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record, indent=1))
+    print(f"written: {path.relative_to(ROOT)}")
+    return record["exit_status"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
