@@ -11,6 +11,9 @@ notebooks 03 and 04, about 100 and 90 minutes):
 - code: non-blank code lines at :data:`SECONDS_PER_CODE_LINE` (read it, run it, look at the output);
 - exercises: :data:`MINUTES_PER_EXERCISE` for each ``check("NN.k", ...)`` call.
 
+``python -m helpers.course_stats --route`` prints the README's 3-hour workshop route (:data:`WORKSHOP_ROUTE`)
+with each stop's minutes.
+
 **Teaching fraction**: the share of the core path's code lines that are the idea itself. Each top-level statement
 is classified with :mod:`ast`; its lines count as
 
@@ -214,7 +217,7 @@ def _labelled_cells(path: Path) -> list[tuple[str, dict]]:
             elif heading_line:
                 heading = heading_line.group(1).strip()
                 number = re.match(r"(\d+)\.", heading)
-                label = number.group(1) if number else heading.split()[0].strip(":")
+                label = number.group(1) if number else heading  # "Summary", "The recipe", ...
         labelled.append((label, cell))
     return labelled
 
@@ -251,7 +254,17 @@ def time_estimate_text(stats: NotebookStats) -> str:
 
 # The 3-hour workshop route: (notebook prefix, the parts taken, what the instructor does there). A part is a
 # label of section_stats: "intro", a section number, "Summary" or "Exercise NN.k". Minutes come from the notebook.
-WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = []
+WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = [
+    ("00", ("intro", "1", "2", "5", "8", "Exercise 00.4"),
+     "what this machine runs fast (compare the room's machines), two kinds of speed, overflow, sums"),
+    ("01", ("intro", "1", "2", "3", "4"), "`.half()` deployment: what converts, the dtype error, accuracy, speed"),
+    ("02", ("2", "5", "Exercise 02.4"), "tensors made in `forward`; the `-1e9` mask"),
+    ("03", ("The recipe", "1", "3", "5", "Exercise 03.4"), "the autocast loop, master weights, op dtypes, islands"),
+    ("04", ("1", "2", "4", "5", "6", "Exercise 04.4"), "the GradScaler loop, underflow, skips, clipping, checkpoints"),
+    ("05", ("2", "5"), "autocast is per thread; the fix inside `forward`"),
+    ("06", ("6", "7"), "the corrected deployment recipe; does concurrency double?"),
+    ("07", ("1", "3", "5"), "the decision guide for each machine; finding the first NaN"),
+]
 WORKSHOP_MINUTES = 180
 BREAK_MINUTES = 15
 
@@ -305,6 +318,9 @@ def table(paths: list[Path]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
+    if args == ["--route"]:
+        print(route_markdown())
+        return 0
     paths = [Path(a) for a in args] or sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
     print(table(paths))
     print(f"\nTime = words / {WORDS_PER_MINUTE} + code lines x {SECONDS_PER_CODE_LINE} s + "

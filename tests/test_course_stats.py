@@ -78,3 +78,47 @@ def test_core_path_mostly_teaches(path):
     assert core.teaching_fraction >= cs.TEACHING_TARGET, (
         f"{path.name}: only {core.teaching_fraction:.0%} of the core path's code teaches ({core.kinds}); "
         "move harnesses into helpers and extras into the appendix")
+
+
+README = cs.NOTEBOOK_DIR.parent / "README.md"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_readme_course_map_states_the_measured_times(path):
+    stats = cs.notebook_stats(path)
+    row = next(line for line in README.read_text().splitlines() if f"(notebooks/{path.name})" in line
+               and line.startswith("| "))
+    expected = f"| {cs.rounded_minutes(stats.core.minutes)} + {cs.rounded_minutes(stats.appendix.minutes)} min |"
+    assert expected in row, f"README course map, {path.name}: the time should read {expected!r}"
+
+
+def test_workshop_route_fits_three_hours_and_the_readme_shows_it():
+    stops = cs.route_minutes(cs.WORKSHOP_ROUTE)
+    assert {name[:2] for name, _, _ in stops} == {p.name[:2] for p in NOTEBOOKS}, "the route visits every notebook"
+    assert sum(minutes for _, _, minutes in stops) + cs.BREAK_MINUTES <= cs.WORKSHOP_MINUTES
+    assert cs.route_markdown() in README.read_text(), "regenerate it: python -m helpers.course_stats --route"
+
+
+def test_route_refuses_a_section_that_does_not_exist():
+    with pytest.raises(ValueError, match="has no part"):
+        cs.route_minutes([("00", ("99",), "nothing")])
+
+
+def test_readme_suite_times_are_the_recorded_ones():
+    from helpers import suite_times
+
+    text = README.read_text()
+    assert suite_times.readme_table() in text and suite_times.readme_speed_table() in text, (
+        "regenerate them: python -m helpers.suite_times --readme")
+
+
+def test_suite_times_groups_junit_cases_by_notebook(tmp_path):
+    from helpers import suite_times
+
+    report = tmp_path / "junit.xml"
+    report.write_text('<testsuites><testsuite>'
+                      '<testcase classname="notebooks.07_x.ipynb" name="Cell 0" time="1.5"/>'
+                      '<testcase classname="notebooks.07_x.ipynb" name="Cell 1" time="0.5"/>'
+                      '<testcase classname="tests.test_a" name="test_b" time="0.25"/>'
+                      '</testsuite></testsuites>')
+    assert suite_times.group_seconds(report) == {"unit tests": 0.25, "07_x.ipynb": 2.0}
