@@ -244,16 +244,11 @@ def speed_verdict(matmul_speedup: float, elementwise_speedup: float) -> str:
     return f"{compute}; {memory}"
 
 
-def _fastest_block(fn, min_run_time: float) -> float:
-    """Seconds per call of ``fn``: the fastest of torch.utils.benchmark's blocks (other load only slows a block)."""
-    from .measure import time_it  # measure imports torch.utils.benchmark: load it only when measuring
-
-    return min(time_it(fn, min_run_time=min_run_time).times)
-
-
 @functools.lru_cache(maxsize=None)
 def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
                    min_run_time: float) -> tuple[DtypeSpeed, ...]:
+    from .measure import fastest_time  # measure imports torch.utils.benchmark: load it only when measuring
+
     device_ = torch.device(device)
     generator = torch.Generator(device_).manual_seed(0)
     a32 = torch.randn(matmul_n, matmul_n, device=device_, generator=generator)
@@ -262,8 +257,8 @@ def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         a, v = a32.to(dtype), v32.to(dtype)
         with strict_fp32():
-            times[dtype] = (_fastest_block(lambda: a @ a, min_run_time),
-                            _fastest_block(lambda: v + v, min_run_time))
+            times[dtype] = (fastest_time(lambda: a @ a, min_run_time=min_run_time),
+                            fastest_time(lambda: v + v, min_run_time=min_run_time))
     base_mm, base_ew = times[torch.float32]
     profile = [DtypeSpeed("float32", 1.0, 1.0, "the baseline")]
     for dtype in (torch.bfloat16, torch.float16):

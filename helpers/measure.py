@@ -27,6 +27,15 @@ def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", desc
     return timer.blocked_autorange(min_run_time=min_run_time)
 
 
+def fastest_time(fn: Callable[[], Any], *, min_run_time: float = 0.5) -> float:
+    """Seconds per call of ``fn()`` in the fastest block that :func:`time_it` timed.
+
+    Other work on a busy machine can only slow a block down, so the fastest block is the best estimate of what the
+    hardware does (a median mixes the disturbed blocks in). Use it for ratios between dtypes and sizes.
+    """
+    return min(time_it(fn, min_run_time=min_run_time).times)
+
+
 def parameter_bytes(model: nn.Module, include_buffers: bool = True) -> int:
     """Bytes held by the model's parameters (and buffers, by default)."""
     tensors = list(model.parameters()) + (list(model.buffers()) if include_buffers else [])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .device import DtypeSpeed, strict_fp32, workload
-from .measure import time_it
+from .measure import fastest_time
 
 SPEED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -36,11 +36,6 @@ def default_sizes(device: str | torch.device) -> tuple[tuple[int, ...], tuple[in
     if torch.device(device).type == "cuda":
         return (1 << 14, 1 << 18, 1 << 22, 1 << 26), (256, 1024, 2048, 4096)
     return (1 << 12, 1 << 16, 1 << 20, 1 << 24), (64, 128, 256, 512)
-
-
-def _fastest(fn, min_run_time: float) -> float:
-    """Seconds per call of ``fn`` in the fastest block of ``time_it``: the one least disturbed by other work."""
-    return min(time_it(fn, min_run_time=min_run_time).times)
 
 
 def measure_two_kinds(device: str | torch.device = "cpu", add_sizes: tuple[int, ...] | None = None,
@@ -77,11 +72,11 @@ def _measure(device: torch.device, add_sizes: tuple[int, ...], matmul_sizes: tup
         name = str(dtype).removeprefix("torch.")
         for n in add_sizes:
             x = torch.ones(n, device=device, dtype=dtype)  # the values do not matter to an add's speed
-            points.append(SpeedPoint("add", name, n, _fastest(lambda: x + x, min_run_time)))
+            points.append(SpeedPoint("add", name, n, fastest_time(lambda: x + x, min_run_time=min_run_time)))
         for n in (n for n in matmul_sizes if n <= largest[dtype]):
             a = torch.randn(n, n, device=device, generator=generator).to(dtype)
             with strict_fp32():
-                seconds = _fastest(lambda: a @ a, min_run_time)
+                seconds = fastest_time(lambda: a @ a, min_run_time=min_run_time)
             points.append(SpeedPoint("matmul", name, n, seconds))
     return points
 

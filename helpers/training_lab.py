@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from .data import make_loader, shapes_dataset
 from .device import needs_grad_scaler, strict_fp32
-from .measure import parameter_bytes, saved_activation_bytes_by_dtype, time_it
+from .measure import fastest_time, parameter_bytes, saved_activation_bytes_by_dtype
 from .model import ShapesCNN
 from .train import TrainLog, amp_step, evaluate, make_scaler, train
 
@@ -140,7 +140,7 @@ def time_training_step(device: torch.device, amp_dtype: torch.dtype, *, batch_si
     with strict_fp32():
         for _ in range(rounds):
             for name, step in steps.items():
-                seconds[name] = min(seconds[name], min(time_it(step, min_run_time=min_run_time).times))
+                seconds[name] = min(seconds[name], fastest_time(step, min_run_time=min_run_time))
     return StepTimes(seconds, batch_size)
 
 

@@ -139,3 +139,12 @@ def test_amp_step_updates_weights_in_fp32_and_returns_low_precision_logits():
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+def test_fastest_time_is_the_fastest_block(monkeypatch):
+    from types import SimpleNamespace
+
+    from helpers import measure
+
+    monkeypatch.setattr(measure, "time_it", lambda fn, min_run_time=0.5: SimpleNamespace(times=[3e-3, 1e-3, 2e-3]))
+    assert measure.fastest_time(lambda: None) == 1e-3
