@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
@@ -124,30 +125,71 @@ def local_launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux ``/proc``; an empty list elsewhere), children first."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _stop(process: subprocess.Popen) -> str:
+    """Kill ``process``, its session and every descendant (a launcher may start ranks in sessions of their own);
+    return what it had written to stderr, without waiting for pipes that a surviving process still holds."""
+    victims = _descendants(process.pid) if os.name == "posix" else []
+    if os.name == "posix":
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the whole session: the launcher and its ranks
+        except ProcessLookupError:
+            pass
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    else:
+        process.kill()
+    try:
+        return process.communicate(timeout=10)[1] or ""
+    except subprocess.TimeoutExpired:
+        return "(its stderr could not be read: a process it started still held the pipe)"
+
+
 def run_job(command: Sequence[str], *, timeout: float, cwd: str | None = None,
-            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+            env: Mapping[str, str] | None = None, attempts: int = 1) -> subprocess.CompletedProcess:
     """Run ``command`` to the end and capture its text output; past ``timeout`` seconds, stop it and its children.
 
-    The command runs in a session of its own, so on timeout every process it started (torchrun's ranks too)
-    is killed, not only the first one; then ``TimeoutError`` is raised with the end of its stderr.
+    The command runs in a session of its own, and on timeout every process it started (torchrun's ranks too) is
+    killed, not only the first one. With ``attempts`` > 1 a timed-out run is started again (a launcher that hangs
+    once in a while should not fail a class); the returned ``CompletedProcess`` has ``attempts_used``. After the
+    last attempt ``TimeoutError`` is raised with the end of its stderr.
     """
     posix = os.name == "posix"
-    with subprocess.Popen(list(command), cwd=cwd, env=None if env is None else dict(env), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=posix) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            if posix:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)  # the whole session: the launcher and its ranks
-                except ProcessLookupError:
-                    pass
-            else:
-                process.kill()
-            _, stderr = process.communicate()
-            raise TimeoutError(f"the job did not finish within {timeout:g} s and was stopped; the end of its "
-                               f"messages:\n{stderr[-2000:]}") from None
-    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+    for attempt in range(1, attempts + 1):
+        with subprocess.Popen(list(command), cwd=cwd, env=None if env is None else dict(env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=posix) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                stderr = _stop(process)
+                if attempt < attempts:
+                    continue
+                raise TimeoutError(f"the job did not finish within {timeout:g} s and was stopped "
+                                   f"({attempts} attempt(s)); the end of its messages:\n{stderr[-2000:]}") from None
+        completed = subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+        completed.attempts_used = attempt
+        return completed
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
