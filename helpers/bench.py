@@ -92,7 +92,7 @@ def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"The recorder measures 'cpu' or 'cuda', not {device_type!r}.")
     gemm_n, batches, image_size, train_batch, min_run_time = {
-        "quick": (64, [1, 2], 64, 2, 0.05), "cuda": (8192, [1, 8, 32, 128], 224, 32, 0.5),
+        "quick": (64, [1, 2], 32, 2, 0.05), "cuda": (8192, [1, 8, 32, 128], 224, 32, 0.5),
         "cpu": (1024, [1, 8, 32], 224, 8, 0.5)}["quick" if quick else device_type]
     inference_batches = {mode: list(batches) for mode in INFERENCE_MODES}
     train_modes, left_out = list(TRAIN_MODES), {}
