@@ -330,6 +330,17 @@ def true_gradient_norm(device: Device = "cpu") -> float:
     return nn.utils.clip_grad_norm_(net.parameters(), float("inf")).item()
 
 
+def unscale_then_clip(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                      loss: torch.Tensor, max_norm: float) -> None:
+    """The recipe's step with clipping (a ``step_fn`` for :func:`update_norm`): scale and backward, ``unscale_``,
+    clip the true gradient norm to ``max_norm``, then ``step`` and ``update``."""
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def update_norm(step_fn: StepFn, max_norm: float = CLIP_NORM, device: Device = "cpu") -> float:
     """The size of one clipped SGD update (learning rate 1): the norm of the change of all weights.
 

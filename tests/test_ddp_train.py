@@ -96,6 +96,14 @@ def test_run_job_captures_output_and_exit_status():
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
 
 
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` has ended within ``seconds`` (killed processes may take a moment to go)."""
+    deadline = time.perf_counter() + seconds
+    while alive(pid) and time.perf_counter() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie, dead but not yet reaped, counts as gone)."""
     try:
@@ -117,11 +125,7 @@ def test_run_job_timeout_stops_the_command_and_its_children(tmp_path):
     with pytest.raises(TimeoutError, match=r"within 2 s(.|\n)*1 attempt(.|\n)*grandchild started"):
         run_job([sys.executable, "-c", script], timeout=2)
     assert time.perf_counter() - started < 60
-    grandchild = int(pid_file.read_text())
-    deadline = time.perf_counter() + 10
-    while alive(grandchild) and time.perf_counter() < deadline:
-        time.sleep(0.1)
-    assert not alive(grandchild), "the job's child process outlived the timeout"
+    assert gone_within(int(pid_file.read_text()), 10), "the job's child process outlived the timeout"
 
 
 def test_script_without_torchrun_prints_a_clear_message():
@@ -223,8 +227,4 @@ def test_run_job_stops_a_child_in_a_session_of_its_own_and_tries_again(tmp_path)
     run = run_job([sys.executable, "-c", script], timeout=2, attempts=2)
     assert run.returncode == 0 and run.attempts_used == 2
     assert time.perf_counter() - started < 30
-    detached = int(pid_file.read_text())
-    deadline = time.perf_counter() + 10
-    while alive(detached) and time.perf_counter() < deadline:
-        time.sleep(0.1)
-    assert not alive(detached), "a process in its own session outlived the timeout"
+    assert gone_within(int(pid_file.read_text()), 10), "a process in its own session outlived the timeout"

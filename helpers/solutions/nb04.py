@@ -39,14 +39,7 @@ def _steps_applied_with_accumulation() -> int:
 
 
 def _clipped_update_norm() -> float:
-    def unscale_then_clip(model, optimizer, scaler, loss, max_norm):
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.step(optimizer)
-        scaler.update()
-
-    return scaler_lab.update_norm(unscale_then_clip, scaler_lab.CLIP_NORM)
+    return scaler_lab.update_norm(scaler_lab.unscale_then_clip, scaler_lab.CLIP_NORM)
 
 
 def _resumed_scale() -> float:
