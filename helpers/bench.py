@@ -92,7 +92,7 @@ def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"The recorder measures 'cpu' or 'cuda', not {device_type!r}.")
     gemm_n, batches, image_size, train_batch, min_run_time = {
-        "quick": (64, [1, 2], 32, 2, 0.05), "cuda": (8192, [1, 8, 32, 128], 224, 32, 0.5),
+        "quick": (64, [1, 2], 32, 2, 0.01), "cuda": (8192, [1, 8, 32, 128], 224, 32, 0.5),
         "cpu": (1024, [1, 8, 32], 224, 8, 0.5)}["quick" if quick else device_type]
     inference_batches = {mode: list(batches) for mode in INFERENCE_MODES}
     train_modes, left_out = list(TRAIN_MODES), {}
@@ -113,8 +113,8 @@ def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
 # What a CUDA run costs besides min_run_time, for planning (H100-class GPU; seconds; see estimated_seconds).
 CUDA_COSTS = {
     "startup": 15.0,       # CUDA context, cuDNN/cuBLAS handles, building ResNet-50, the first copies to the GPU
-    "per_measurement": 0.8,  # blocked_autorange's block-size search (a block >= ~0.1 s) + its last block's
-                             # overshoot past min_run_time + the warm-up and memory calls
+    "per_measurement": 0.8,  # the warm-up and memory calls, time_it's sizing call and each block's 2 warm-up
+                             # calls, a last block past min_run_time; generous: not yet checked on a GPU
     "autotune_inference": 2.0,  # cudnn.benchmark tries every algorithm of ResNet-50's ~20 conv shapes, once per
                                 # (mode, batch): a new dtype, batch or TF32 flag is a new shape to it
     "autotune_train": 6.0,      # the same for forward + both backward convolutions

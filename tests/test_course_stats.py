@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,36 @@ def test_readme_suite_times_are_the_recorded_ones():
     text = README.read_text()
     assert suite_times.readme_table() in text and suite_times.readme_speed_table() in text, (
         "regenerate them: python -m helpers.suite_times --readme")
+
+
+def test_suite_times_leaves_out_only_the_readme_comparison_when_it_measures():
+    from helpers import suite_times
+
+    this_test = test_readme_suite_times_are_the_recorded_ones.__name__
+    assert suite_times.README_TEST == f"tests/{Path(__file__).name}::{this_test}"
+
+
+def test_suite_times_reference_work_takes_a_measurable_time(capsys):
+    from helpers import suite_times
+
+    assert 0.001 < suite_times.reference_seconds() < 60
+    assert suite_times.main(["--reference"]) == 0
+    assert re.fullmatch(r"reference work: \d+\.\d\d s on this machine now\n", capsys.readouterr().out)
+
+
+def test_suite_times_table_shows_each_run_and_its_reference_time(tmp_path):
+    from helpers import suite_times
+
+    record = {"cpu_class": "native bf16", "cpu_capability": "AVX512", "torch": "2.4.1", "wall_seconds": 99.6,
+              "groups": {"unit tests": 20.2, "00_x.ipynb": 5.0}, "reference_seconds": {"before": 0.5, "after": 0.7}}
+    (tmp_path / "suite_native_bf16.json").write_text(json.dumps(record))
+    older = {**record, "cpu_class": "emulated bf16", "cpu_capability": "AVX2", "wall_seconds": 140.2}
+    del older["reference_seconds"]
+    (tmp_path / "suite_emulated_bf16.json").write_text(json.dumps(older))
+    table = suite_times.readme_table(tmp_path)
+    assert "| unit tests | 20 s | 20 s |" in table
+    assert "| **whole `pytest` run (wall)** | **140 s** (target 150 s) | **100 s** (target 120 s) |" in table
+    assert table.endswith("| not recorded | 0.50 s |")
 
 
 def test_suite_times_groups_junit_cases_by_notebook(tmp_path):

@@ -93,7 +93,7 @@ def test_speed_profile_measures_every_dtype_against_float32():
         assert speed.emulated == (speed.matmul_speedup < device_module.EMULATED_RATIO)
 
 
-def test_workload_shrinks_only_for_a_slow_dtype(monkeypatch):
+def test_workload_shrinks_only_for_an_emulated_dtype(monkeypatch):
     fake = {"float32": helpers.DtypeSpeed("float32", 1.0, 1.0, ""),
             "bfloat16": helpers.DtypeSpeed("bfloat16", 2.5, 1.8, ""),
             "float16": helpers.DtypeSpeed("float16", 0.01, 1.6, "")}
@@ -101,6 +101,9 @@ def test_workload_shrinks_only_for_a_slow_dtype(monkeypatch):
     assert helpers.workload(torch.float32, 100, 10) == 100
     assert helpers.workload(torch.bfloat16, 100, 10) == 100
     assert helpers.workload("float16", 100, 10) == 10
+    for ratio, expected in ((0.85, 100), (0.5, 100), (0.2, 10)):  # about as fast, 2x slower, 5x slower
+        fake["float16"] = helpers.DtypeSpeed("float16", ratio, 1.6, "")
+        assert helpers.workload("float16", 100, 10) == expected
 
 
 @pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", ""])

@@ -1,3 +1,5 @@
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -112,6 +114,33 @@ def test_time_it_measures_with_all_threads():
     measurement = helpers.time_it(lambda: torch.ones(10).sum(), min_run_time=0.05)
     assert measurement.median > 0
     assert measurement.task_spec.num_threads == torch.get_num_threads()
+
+
+def test_time_it_spends_about_min_run_time_in_blocks_of_calls():
+    """A 2 ms call and min_run_time 0.1 s: one warm-up and one sizing call, then 2 blocks of about 25 calls (and
+    perhaps a third, where sleeping ran short), each after timeit's 2 warm-up calls: well under 120 calls in all.
+    (Timer.blocked_autorange would grow its block to 100 calls and make about 211.)"""
+    calls = []
+
+    def two_ms():
+        calls.append(1)
+        time.sleep(0.002)
+
+    measurement = helpers.time_it(two_ms, min_run_time=0.1)
+    assert 2 <= len(measurement.times) <= 3
+    assert all(0.002 <= t < 0.05 for t in measurement.times)  # seconds per call, one entry per block
+    assert 45 <= len(calls) < 120
+
+
+def test_time_it_times_a_slow_call_once_after_a_warm_up():
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.03)
+
+    measurement = helpers.time_it(slow, min_run_time=0.05)  # a call takes over half of min_run_time
+    assert len(calls) == 2 and len(measurement.times) == 1 and measurement.times[0] >= 0.03
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
