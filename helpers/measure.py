@@ -18,8 +18,9 @@ def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", desc
     """Time ``fn()`` with ``torch.utils.benchmark.Timer``: about ``min_run_time`` seconds of calls, in blocks.
 
     A warm-up call and one timed call come first; that time sizes the blocks. A call slower than half of
-    ``min_run_time`` is timed that once. Otherwise up to ``blocks`` blocks of at least 20 calls each (each block is
-    a ``Timer.timeit``, which warms up with two more calls) run until at least ``min_run_time`` seconds of calls.
+    ``min_run_time`` is timed that once. Otherwise blocks of at least 20 calls each (each a ``Timer.timeit``, which
+    warms up with two more calls; ``blocks`` of them where the calls fit) run until at least ``min_run_time``
+    seconds of calls: a first call slower than the rest makes the blocks short, and then more of them run.
     Uses all of PyTorch's CPU threads (Timer's default is one) and lets Timer synchronise CUDA. Read ``.median``
     (seconds per call in the median block) or ``.times`` (one per block); printing the result shows the spread.
 

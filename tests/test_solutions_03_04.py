@@ -7,7 +7,7 @@ from torch.nn import functional as F
 import helpers
 from helpers import scaler_lab as lab
 from helpers.exercises import solution
-from helpers.solutions.nb03 import NearestCentre, nearest_centre_data
+from helpers.solutions.nb03 import NearestCentre, exercise_03_4_setup, nearest_centre_data
 
 
 def test_03_1_smallest_update_that_changes_two_in_float16():
@@ -37,11 +37,7 @@ def test_03_3_counts_the_casts_of_the_backward_pass():
 
 def test_03_4_one_outer_autocast_context_freezes_the_loss_and_the_fix_trains():
     # The exercise's broken code: one autocast context around the whole loop.
-    torch.manual_seed(0)
-    model = nn.Linear(8, 3)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    g = torch.Generator().manual_seed(0)
-    inputs, labels = torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g)
+    model, optimizer, inputs, labels = exercise_03_4_setup()
     losses = []
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         for _ in range(5):

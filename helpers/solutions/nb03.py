@@ -30,13 +30,18 @@ def _casts_in_the_backward_of_an_autocast_forward_and_loss() -> int:
     return sum(record.name == "_to_copy" for record in records)
 
 
-def _last_loss_with_a_fresh_context_per_forward() -> float:
-    """03.4: the exercise's five SGD steps with autocast around forward + loss only (backward and step outside)."""
+def exercise_03_4_setup() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    """03.4's starting point, seeded: a linear model, its SGD optimizer, 64 inputs and their labels."""
     torch.manual_seed(0)
     model = nn.Linear(8, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     g = torch.Generator().manual_seed(0)
-    inputs, labels = torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g)
+    return model, optimizer, torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g)
+
+
+def _last_loss_with_a_fresh_context_per_forward() -> float:
+    """03.4: the exercise's five SGD steps with autocast around forward + loss only (backward and step outside)."""
+    model, optimizer, inputs, labels = exercise_03_4_setup()
     losses = []
     for _ in range(5):
         optimizer.zero_grad()
