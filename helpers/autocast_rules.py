@@ -1,21 +1,25 @@
-"""Which dtype each op runs in under autocast, on CPU and on CUDA (real, or simulated without a GPU): notebook 03.
+"""Which dtype each op runs in under autocast, on CPU and on CUDA (real, or simulated without a GPU on fake
+tensors): notebooks 01, 03 and 08.
 
 :func:`op_dtype_table` runs a fixed set of ops (:data:`OPS`) under CPU autocast and under CUDA autocast and
 returns what came out (a dtype name, or the type of the error raised). On a machine with a GPU the CUDA column is
-the real thing; without one it comes from :func:`helpers.scaling.simulated_cuda_autocast` where the installed
+the real thing; without one it comes from :func:`simulated_cuda_autocast` (below) where the installed
 PyTorch supports it (:func:`cuda_rules_available` says whether, and why not).
 """
 from __future__ import annotations
 
 import contextlib
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
+from .device import _version_at_least, autocast_state
 from .dtype_trace import OpRecord
-from .scaling import cuda_simulation_available, simulated_cuda_autocast
 
 # Each op gets `a`, a float32 (8, 8) tensor, and `low`, the output of a matmul under the same autocast (so it has
 # that device's low dtype, as an activation would). Keys: op name, then what it is given.
@@ -162,3 +166,102 @@ def op_dtypes(records: list[OpRecord]) -> dict[str, str]:
             name = str(dtype).removeprefix("torch.")
             per_dtype[name] = per_dtype.get(name, 0) + 1
     return {op: ", ".join(f"{dtype} x{n}" for dtype, n in per_dtype.items()) for op, per_dtype in counts.items()}
+
+
+class SimulationUnavailable(RuntimeError):
+    """The installed PyTorch cannot apply its CUDA autocast rules to fake tensors (see :func:`cuda_simulation_available`)."""
+
+
+def _fake_tensor_mode() -> type:
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode  # private API: may move between releases
+    except ImportError as error:
+        raise SimulationUnavailable(f"simulated CUDA autocast needs torch._subclasses.fake_tensor ({error})") from error
+    return FakeTensorMode
+
+
+FAKE_CUDA_WITHOUT_GPU = (2, 10)  # first release whose fake CUDA tensors need no GPU (pytorch/pytorch#163016)
+
+
+def _check_fake_cuda_stays_off_the_runtime() -> None:
+    """Raise :class:`SimulationUnavailable` where fake CUDA tensors would call the real CUDA runtime.
+
+    Before torch 2.10, the Python bindings of indexing (``t[0]``), ``copy_`` (used by every module's weight
+    initialisation) and a few other methods take a real CUDA *device guard*, even on a fake tensor: on a machine
+    without a usable GPU that fails ("CUDA driver version is insufficient", or "not linked with support for cuda
+    devices" on a CPU-only build). From 2.10 the guard is a no-op there. With a GPU, any release works.
+    """
+    if _version_at_least(torch.__version__, FAKE_CUDA_WITHOUT_GPU) or torch.cuda.is_available():
+        return
+    raise SimulationUnavailable(
+        f"torch {torch.__version__} takes a real CUDA device guard for some operations on fake CUDA tensors "
+        f"(indexing, copy_); simulating CUDA autocast without a GPU needs torch >= "
+        f"{'.'.join(map(str, FAKE_CUDA_WITHOUT_GPU))}"
+    )
+
+
+@contextmanager
+def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None]:
+    """Apply PyTorch's *CUDA* autocast rules on a machine without a GPU.
+
+    Inside the block, new tensors are *fake* CUDA tensors (``FakeTensorMode`` with default device "cuda"): they
+    carry a dtype, shape and device but no data, and no GPU kernel runs. Autocast for "cuda" is switched on
+    directly (``torch.amp.autocast("cuda")`` disables itself when no GPU is present), so every op goes through
+    the CUDA autocast dispatch rules of the installed PyTorch: you can read the resulting dtypes, and ops that
+    CUDA autocast refuses raise their real error. Nothing about speed or memory can be learned this way.
+
+    Create the model and inputs inside the block; results are fake tensors (use ``.dtype``, ``.shape``).
+    Raises :class:`SimulationUnavailable` where the private fake-tensor API is missing, and on a machine without a
+    GPU under torch < 2.10, where some operations on fake CUDA tensors would call the real CUDA runtime.
+    """
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"CUDA autocast runs in float16 or bfloat16, not {dtype}")
+    fake_tensor_mode = _fake_tensor_mode()
+    _check_fake_cuda_stays_off_the_runtime()
+    enabled, previous_dtype = autocast_state("cuda")
+    with fake_tensor_mode(), torch.device("cuda"):
+        torch.set_autocast_dtype("cuda", dtype)
+        torch.set_autocast_enabled("cuda", True)
+        torch.autocast_increment_nesting()
+        try:
+            yield
+        finally:
+            if torch.autocast_decrement_nesting() == 0:
+                torch.clear_autocast_cache()
+            torch.set_autocast_enabled("cuda", enabled)
+            torch.set_autocast_dtype("cuda", previous_dtype)
+
+
+def cuda_simulation_available() -> tuple[bool, str]:
+    """Whether :func:`simulated_cuda_autocast` works with the installed PyTorch: ``(True, "")``, or ``(False, why)``.
+
+    Runs what the notebooks do in the simulation (build a layer, index a tensor, a linear layer, a softmax) and
+    checks CUDA's rules: the layer's output is float16 on a (fake) CUDA device, the softmax float32.
+    """
+    try:
+        with simulated_cuda_autocast(torch.float16):
+            layer = nn.Linear(4, 4)  # weight initialisation goes through copy_
+            hidden = layer(torch.ones(3, 4)[1:])  # indexing
+            probabilities = torch.softmax(hidden, dim=1)
+        got = (hidden.device.type, hidden.dtype, probabilities.dtype)
+        if got != ("cuda", torch.float16, torch.float32):
+            return False, (f"the simulation gave linear -> {hidden.dtype} on {hidden.device.type} and softmax -> "
+                           f"{probabilities.dtype}, not CUDA's float16 on cuda and float32")
+    except Exception as error:  # noqa: BLE001 - any failure means: skip the simulated CUDA parts
+        return False, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return True, ""
+
+
+def autocast_rule_devices(op: str) -> list[str] | None:
+    """Devices ("CPU", "CUDA") for which the installed PyTorch registers an autocast kernel for ATen op ``op``
+    (e.g. ``"conv2d"``, ``"softmax.int"``), read from the dispatcher; ``None`` where that private API
+    (``torch._C._dispatch_dump``) is missing or fails. Raises ``ValueError`` for an op the dispatcher does not know."""
+    try:
+        dump = torch._C._dispatch_dump(f"aten::{op}")
+    except Exception:  # noqa: BLE001 - private API: absent, renamed, or changed
+        return None
+    if not isinstance(dump, str):
+        return None
+    if not dump.strip():
+        raise ValueError(f"the dispatcher knows no op aten::{op}")
+    return [key for key in ("CPU", "CUDA") if re.search(rf"^Autocast{key}:", dump, re.M)]

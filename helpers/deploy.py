@@ -17,8 +17,10 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from .device import strict_fp32, workload
+from .device import strict_fp32
+from .speed import workload
 from .measure import parameter_bytes, time_it
+from .state import changed, snapshot
 
 LAYOUTS = {"contiguous (NCHW)": torch.contiguous_format, "channels_last (NHWC)": torch.channels_last}
 
@@ -78,25 +80,6 @@ def torch_sources_mentioning(*names: str) -> tuple[int, list[str]]:
 
 
 # --- section 3: what a training step does to a model --------------------------------------------------------------
-
-def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of every parameter and buffer of ``model`` (its ``state_dict``), detached from it."""
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-
-
-def changed(old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -> set[str]:
-    """Names of the tensors whose dtype or any value differs between two state dicts of the same model."""
-    return {name for name, tensor in new.items()
-            if tensor.dtype != old[name].dtype or not torch.equal(tensor, old[name])}
-
-
-def count_changes(model: nn.Module, names: set[str]) -> dict[str, str]:
-    """How many of ``model``'s parameters and buffers are in ``names``: ``{"parameters": "0 of 161", ...}``."""
-    parameters = {name for name, _ in model.named_parameters()}
-    buffers = {name for name, _ in model.named_buffers()}
-    return {"parameters changed": f"{len(names & parameters)} of {len(parameters)}",
-            "buffers changed": f"{len(names & buffers)} of {len(buffers)}"}
-
 
 def logits_with(net: nn.Module, state: dict[str, torch.Tensor], batch: torch.Tensor) -> torch.Tensor:
     """``net``'s logits for ``batch`` with ``state`` loaded, in eval mode, under inference_mode, strict fp32."""

@@ -2,7 +2,7 @@
 
 Every recommendation names what backs it: a section of this course (where a cell shows it) or a cited source.
 :func:`hardware_class` places the machine running the notebook in the table from *measurement* on a CPU
-(:func:`helpers.device.speed_profile`) and from the compute capability on an NVIDIA GPU (tensor cores from
+(:func:`helpers.speed.speed_profile`) and from the compute capability on an NVIDIA GPU (tensor cores from
 sm_70, bf16 ones from sm_80).
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import DtypeSpeed, cuda_native_bf16, speed_profile
+from .device import cuda_native_bf16
+from .speed import DtypeSpeed, speed_profile
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from .data import CLASSES
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 CHECKPOINT = DATA_DIR / "reference_cnn.pt"
-REGENERATE = "python -m helpers.reference"
+REGENERATE = "python -m tools.reference"
 
 
 class ShapesCNN(nn.Module):

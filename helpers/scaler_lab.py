@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .device import strict_fp32
-from .scaling import optimizer_snapshot, same_state, snapshot
+from .state import optimizer_snapshot, same_state, snapshot
 
 FAINT_FEATURES = 64        # inputs and outputs per sample
 FAINT_BATCH = 64           # samples: 64 x 64 = 4096 outputs in the mean squared error

@@ -1,183 +1,150 @@
-"""Two kinds of speed, measured: a memory-bound op (add) and a compute-bound one (matmul), per dtype and size.
-
-Also the setup check's reading of :func:`helpers.device.speed_profile`: a verdict per dtype and what to use on
-this machine for inference and for training (:func:`recommendation`), derived from the measured ratios only.
-"""
+"""How fast each 16-bit dtype is on this device, measured: :func:`speed_profile` (cached per machine and kernel
+choice) and :func:`workload`, which sizes down work in a dtype this machine emulates. Taught in notebook 00 §1-2;
+every "is bf16 fast here?" branch of the course asks it."""
 from __future__ import annotations
 
+import functools
+import json
+import os
+import platform
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from .device import DtypeSpeed, strict_fp32, workload
-from .measure import fastest_time
-
-SPEED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+from .device import cpu_flags, strict_fp32
 
 
 @dataclass(frozen=True)
-class SpeedPoint:
-    """One timing: ``op`` ("add" or "matmul") in ``dtype`` at ``size`` (elements for add, n for an n x n matmul)."""
+class DtypeSpeed:
+    """One dtype's measured speed relative to float32 on one device (ratios > 1 mean faster than float32)."""
 
-    op: str
     dtype: str
-    size: int
-    seconds: float
+    matmul_speedup: float       # compute-bound: float32 time / this dtype's time for an n x n matmul
+    elementwise_speedup: float  # memory-bound: the same for adding two large tensors
+    verdict: str                # the plain-words reading of the two ratios
 
     @property
-    def rate(self) -> float:
-        """Work per second: elements per second for add, floating-point operations per second for matmul."""
-        work = self.size if self.op == "add" else 2 * self.size**3
-        return work / self.seconds
+    def compute_is_fast(self) -> bool:
+        """True when this dtype's matmuls are at least as fast as float32's (native 16-bit units)."""
+        return self.matmul_speedup >= FAST_RATIO
+
+    @property
+    def emulated(self) -> bool:
+        """True when matmuls in this dtype are much slower than float32 (converted through float32 in software)."""
+        return self.matmul_speedup < EMULATED_RATIO
 
 
-def default_sizes(device: str | torch.device) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(add sizes in elements, matmul sizes n): from cache-sized to memory- or compute-bound, per device type."""
-    if torch.device(device).type == "cuda":
-        return (1 << 14, 1 << 18, 1 << 22, 1 << 26), (256, 1024, 2048, 4096)
-    return (1 << 12, 1 << 16, 1 << 20, 1 << 24), (64, 128, 256, 512)
+FAST_RATIO = 0.9       # within ~10 % of float32 or better counts as "fast" (timing noise on a busy laptop)
+EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for this dtype here
 
 
-def measure_two_kinds(device: str | torch.device = "cpu", add_sizes: tuple[int, ...] | None = None,
-                      matmul_sizes: tuple[int, ...] | None = None,
-                      min_run_time: float = 0.01, cpu_threads: int | None = 1) -> list[SpeedPoint]:
-    """Time ``x + x`` and ``a @ a`` in float32, bfloat16 and float16 over a few sizes on ``device``.
+def speed_verdict(matmul_speedup: float, elementwise_speedup: float) -> str:
+    """Words for a dtype's two measured ratios to float32 (see :class:`DtypeSpeed`)."""
+    if matmul_speedup >= 1.2:
+        compute = f"native 16-bit math: matmul {matmul_speedup:.1f}x faster than float32"
+    elif matmul_speedup >= FAST_RATIO:
+        compute = f"matmul about as fast as float32 ({matmul_speedup:.2f}x)"
+    elif matmul_speedup >= EMULATED_RATIO:
+        compute = f"matmul {1 / matmul_speedup:.1f}x slower than float32"
+    else:
+        compute = f"emulated: matmul {1 / matmul_speedup:.0f}x slower than float32"
+    memory = (f"memory-bound ops {elementwise_speedup:.1f}x faster (half the bytes)" if elementwise_speedup >= 1.1
+              else f"memory-bound ops {elementwise_speedup:.2f}x float32")
+    return f"{compute}; {memory}"
 
-    A dtype whose matmuls this machine emulates (see :func:`helpers.device.workload`) skips the largest matmul
-    size, so that the whole measurement stays well under 3 s even on a laptop CPU without 16-bit units. float32
-    matmuls run strict (no TF32) on a GPU. Each point is the fastest block of repeated calls, so that a busy
-    machine disturbs the picture less than a median would. On a CPU it runs on ``cpu_threads`` threads (default
-    one: a second thread that must be woken for every call makes small timings erratic on a busy machine, and
-    one core shows the same contrast between the two kinds); ``None`` keeps PyTorch's setting.
+
+@functools.lru_cache(maxsize=None)
+def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
+                   min_run_time: float) -> tuple[DtypeSpeed, ...]:
+    from .measure import fastest_time  # measure imports torch.utils.benchmark: load it only when measuring
+
+    device_ = torch.device(device)
+    generator = torch.Generator(device_).manual_seed(0)
+    a32 = torch.randn(matmul_n, matmul_n, device=device_, generator=generator)
+    v32 = torch.randn(elementwise_n, device=device_, generator=generator)
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a, v = a32.to(dtype), v32.to(dtype)
+        with strict_fp32():
+            times[dtype] = (fastest_time(lambda: a @ a, min_run_time=min_run_time),
+                            fastest_time(lambda: v + v, min_run_time=min_run_time))
+    base_mm, base_ew = times[torch.float32]
+    profile = [DtypeSpeed("float32", 1.0, 1.0, "the baseline")]
+    for dtype in (torch.bfloat16, torch.float16):
+        mm, ew = base_mm / times[dtype][0], base_ew / times[dtype][1]
+        profile.append(DtypeSpeed(str(dtype).removeprefix("torch."), mm, ew, speed_verdict(mm, ew)))
+    return tuple(profile)
+
+
+def _machine_key(device: torch.device, matmul_n: int, elementwise_n: int) -> str:
+    """What a cached profile is valid for: the hardware, the kernels torch may use, the thread count, the sizes."""
+    if device.type == "cuda":
+        hardware = f"{torch.cuda.get_device_name(device)} sm_%d%d" % torch.cuda.get_device_capability(device)
+    else:
+        flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"})
+        hardware = f"{platform.machine()} {platform.processor()} {'+'.join(flags)}"
+    kernels = (f"{torch.backends.cpu.get_cpu_capability()} ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}"
+               f" ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA')}")
+    return (f"{device.type}|{hardware}|{kernels}|torch {torch.__version__}|{torch.get_num_threads()} threads|"
+            f"{matmul_n}|{elementwise_n}")
+
+
+def speed_cache_path() -> Path:
+    """Where measured profiles are kept between runs: ``$AMP_COURSE_CACHE`` or ``~/.cache/amp-course``."""
+    root = os.environ.get("AMP_COURSE_CACHE") or Path.home() / ".cache" / "amp-course"
+    return Path(root) / "speed_profile.json"
+
+
+def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
+                  elementwise_n: int | None = None, min_run_time: float = 0.03,
+                  refresh: bool = False) -> dict[str, DtypeSpeed]:
+    """Measure, on ``device``, how fast bfloat16 and float16 are relative to float32; cached.
+
+    Two micro-benchmarks per dtype (``torch.utils.benchmark``, well under a second in all): an ``n x n`` matmul
+    (compute-bound: only 16-bit arithmetic units make it faster) and the sum of two long vectors (memory-bound: half
+    the bytes is faster even where the arithmetic is emulated). Returns ``{"float32": ..., "bfloat16": ...,
+    "float16": ...}`` of :class:`DtypeSpeed`, verdicts included. This is what every "is bf16 fast here?" branch of
+    the course asks; CPU flags only explain the answer (:func:`fast_dtypes`).
+
+    The ratios are kept per process and in a small JSON file (:func:`speed_cache_path`) keyed by the hardware, the
+    kernels torch may use (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``), the torch version and the thread
+    count, so each notebook does not measure again; ``refresh=True`` measures now and updates the file.
     """
     device = torch.device(device)
-    default_add, default_mm = default_sizes(device)
-    add_sizes, matmul_sizes = add_sizes or default_add, matmul_sizes or default_mm
-    # decided before changing the thread count: speed_profile is measured (and cached) with the usual threads
-    largest = {dtype: workload(dtype, matmul_sizes[-1], matmul_sizes[-2], device) for dtype in SPEED_DTYPES}
-    saved_threads = torch.get_num_threads()
-    if device.type == "cpu" and cpu_threads is not None:
-        torch.set_num_threads(cpu_threads)
+    defaults = (4096, 1 << 26) if device.type == "cuda" else (256, 1 << 22)
+    matmul_n, elementwise_n = matmul_n or defaults[0], elementwise_n or defaults[1]
+    key, path = _machine_key(device, matmul_n, elementwise_n), speed_cache_path()
     try:
-        return _measure(device, add_sizes, matmul_sizes, largest, min_run_time)
-    finally:
-        torch.set_num_threads(saved_threads)
+        cache = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        cache = {}
+    if refresh:
+        _speed_profile.cache_clear()
+    elif key in cache:
+        return {name: DtypeSpeed(name, mm, ew, "the baseline" if name == "float32" else speed_verdict(mm, ew))
+                for name, (mm, ew) in cache[key].items()}
+    profile = {speed.dtype: speed for speed in _speed_profile(str(device), torch.get_num_threads(), matmul_n,
+                                                               elementwise_n, min_run_time)}
+    cache[key] = {name: (s.matmul_speedup, s.elementwise_speedup) for name, s in profile.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache, indent=1))
+    except OSError:  # a read-only home: measure again next time
+        pass
+    return profile
 
 
-def _measure(device: torch.device, add_sizes: tuple[int, ...], matmul_sizes: tuple[int, ...],
-             largest: dict[torch.dtype, int], min_run_time: float) -> list[SpeedPoint]:
-    generator = torch.Generator(device).manual_seed(0)
-    points = []
-    for dtype in SPEED_DTYPES:
-        name = str(dtype).removeprefix("torch.")
-        for n in add_sizes:
-            x = torch.ones(n, device=device, dtype=dtype)  # the values do not matter to an add's speed
-            points.append(SpeedPoint("add", name, n, fastest_time(lambda: x + x, min_run_time=min_run_time)))
-        for n in (n for n in matmul_sizes if n <= largest[dtype]):
-            a = torch.randn(n, n, device=device, generator=generator).to(dtype)
-            with strict_fp32():
-                seconds = fastest_time(lambda: a @ a, min_run_time=min_run_time)
-            points.append(SpeedPoint("matmul", name, n, seconds))
-    return points
+def workload(dtype: torch.dtype | str, full: int, reduced: int, device: str | torch.device = "cpu") -> int:
+    """``reduced`` where ``dtype`` is emulated on ``device`` (:attr:`DtypeSpeed.emulated`), else ``full``.
 
-
-def speedups(points: list[SpeedPoint], op: str) -> tuple[int, dict[str, float]]:
-    """At the largest size that every dtype ran for ``op``: that size and each dtype's speed / float32's."""
-    sizes = {p.dtype: {q.size for q in points if q.op == op and q.dtype == p.dtype} for p in points}
-    size = max(set.intersection(*sizes.values()))
-    rate = {p.dtype: p.rate for p in points if p.op == op and p.size == size}
-    return size, {dtype: rate[dtype] / rate["float32"] for dtype in rate}
-
-
-def _ratio_words(ratio: float) -> str:
-    return f"{ratio:.1f}x faster than" if ratio >= 1.1 else (
-        f"{1 / ratio:.0f}x slower than" if ratio < 0.33 else f"{ratio:.2f}x the speed of")
-
-
-def two_kinds_finding(points: list[SpeedPoint]) -> str:
-    """The finding of the two-kinds-of-speed experiment, in words, from the measured points only."""
-    add_size, add = speedups(points, "add")
-    mm_size, mm = speedups(points, "matmul")
-    lines = [f"Memory-bound (add, {add_size:,} elements): "
-             + "; ".join(f"{d} {_ratio_words(r)} float32" for d, r in add.items() if d != "float32")]
-    lines.append(f"Compute-bound (matmul {mm_size}x{mm_size}): "
-                 + "; ".join(f"{d} {_ratio_words(r)} float32" for d, r in mm.items() if d != "float32"))
-    fewer_bytes = [d for d, r in add.items() if d != "float32" and r >= 1.1]
-    fast_math = [d for d, r in mm.items() if d != "float32" and r >= 1.1]
-    lines.append(f"Half the bytes sped up the memory-bound op in: {', '.join(fewer_bytes) or 'none, this run'}. "
-                 f"Faster math (16-bit units) here for: {', '.join(fast_math) or 'none'}.")
-    return "\n".join(lines)
-
-
-def plot_two_kinds(points: list[SpeedPoint], ax=None):
-    """Two panels: elements per second of add vs size, and GFLOP/s of matmul vs n, one line per dtype."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(9, 3.4), dpi=80)
-    colours = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
-    for panel, op, scale, ylabel in ((ax[0], "add", 1e9, "G elements / s (x + x)"),
-                                     (ax[1], "matmul", 1e9, "GFLOP/s (a @ a)")):
-        for dtype, colour in colours.items():
-            mine = sorted((p for p in points if p.op == op and p.dtype == dtype), key=lambda p: p.size)
-            panel.plot([p.size for p in mine], [p.rate / scale for p in mine], "o-", color=colour, label=dtype)
-        panel.set_xscale("log", base=2)
-        panel.set_yscale("log")
-        panel.set_ylabel(ylabel)
-        panel.legend(fontsize=8)
-    ax[0].set_xlabel("elements")
-    ax[0].set_title("memory-bound: bytes per element count", fontsize=10)
-    ax[1].set_xlabel("n (n x n matrices)")
-    ax[1].set_title("compute-bound: arithmetic units count", fontsize=10)
-    plt.tight_layout()
-    return ax
-
-
-def verdict_table(profile: dict[str, DtypeSpeed], explanation: dict[str, str]) -> str:
-    """One line per dtype: the measured verdict, then what the hardware reports (which only explains it)."""
-    lines = []
-    for name, speed in profile.items():
-        lines.append(f"{name:>9}: measured: {speed.verdict}")
-        lines.append(f"{'':>9}  reported: {explanation.get(name, '-')}")
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    """What to use on one device, derived from a measured speed profile."""
-
-    inference: str
-    training: str
-    reason: str
-
-    def __str__(self) -> str:
-        return (f"Use here -> inference: {self.inference}\n"
-                f"            training:  {self.training}\n"
-                f"            because:   {self.reason}")
-
-
-def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
-    """What to use for inference and for training on ``device``, from the measured ``profile`` only.
-
-    bfloat16 autocast where bf16 matmuls are at least float32's speed (no ``GradScaler`` needed: fp32's range);
-    else float16 autocast with a ``GradScaler`` where fp16 matmuls are; else float32 (16-bit formats then only
-    save memory and speed up memory-bound ops).
+    Experiments that run a dtype this machine emulates (fp16 on most CPUs, bf16 on AVX2-only CPUs: matmuls 30 to
+    100 times slower than float32) shrink their work this way, so that every learner's run (and ``pytest``) stays
+    fast while the claim is still checked. A dtype within a few times float32's speed keeps the full work; the
+    line is far from both kinds, so timing noise does not flip the choice (fp16 on a CPU with AVX512-FP16 measures
+    0.8 to 1.0 times float32, near the "fast" line).
     """
-    device_type = torch.device(device).type
-    bf16, fp16 = profile["bfloat16"], profile["float16"]
-    if bf16.compute_is_fast:
-        return Recommendation(
-            f"torch.amp.autocast({device_type!r}, dtype=torch.bfloat16)",
-            f"the same autocast with float32 weights, no GradScaler (bf16 has float32's range)",
-            f"bfloat16 matmuls measured {bf16.matmul_speedup:.1f}x float32")
-    if fp16.compute_is_fast:
-        return Recommendation(
-            f"torch.amp.autocast({device_type!r}, dtype=torch.float16)",
-            f"the same autocast with float32 weights and torch.amp.GradScaler({device_type!r})",
-            f"float16 matmuls measured {fp16.matmul_speedup:.1f}x float32, bfloat16 "
-            f"{bf16.matmul_speedup:.2f}x")
-    return Recommendation(
-        "float32 (store weights in 16 bits only to save memory)",
-        "float32",
-        f"16-bit matmuls measured {bf16.matmul_speedup:.2f}x (bf16) and {fp16.matmul_speedup:.2f}x (fp16) "
-        "float32: no fast 16-bit arithmetic here")
+    name = str(dtype).removeprefix("torch.")
+    if name == "float32":
+        return full
+    return reduced if speed_profile(device)[name].emulated else full

@@ -14,6 +14,7 @@ from torch import nn
 
 import helpers
 from helpers import bench
+from tools import bench as recorder
 from helpers.exercises import check, solution
 
 matplotlib.use("Agg")
@@ -69,7 +70,7 @@ def test_assert_documented_fields_catches_a_number_missing_without_reason():
 # ------------------------------------------------------------------------------------------------ plan
 
 def test_plan_cpu_measures_every_gemm_at_one_size_and_keeps_fp16_small():
-    settings = bench.plan("cpu")
+    settings = recorder.plan("cpu")
     assert isinstance(settings["gemm_n"], int) and settings["gemm_n"] >= 1024
     assert settings["inference_batches"]["float16"] == settings["inference_batches"]["float32"][:2]
     assert settings["inference_batches"]["autocast_float16"] == settings["inference_batches"]["float32"][:2]
@@ -79,11 +80,11 @@ def test_plan_cpu_measures_every_gemm_at_one_size_and_keeps_fp16_small():
 
 
 def test_plan_cuda_uses_large_sizes_and_every_mode():
-    settings = bench.plan("cuda")
+    settings = recorder.plan("cuda")
     assert settings["gemm_n"] == 8192 and settings["cudnn_benchmark"]
     assert set(settings["inference_batches"]) == set(bench.INFERENCE_MODES)
     assert all(max(b) >= 128 for b in settings["inference_batches"].values())
-    assert settings["train_modes"] == list(bench.TRAIN_MODES) and "tf32" in settings["train_modes"]
+    assert settings["train_modes"] == list(recorder.TRAIN_MODES) and "tf32" in settings["train_modes"]
     assert settings["left_out"] == {}
     # ResNet-50 fp32 training at this batch fits a 16 GB GPU (T4, V100 16GB): ~0.2 GB of activations per image
     assert settings["train_batch"] <= 32
@@ -92,24 +93,24 @@ def test_plan_cuda_uses_large_sizes_and_every_mode():
 def test_cuda_plan_finishes_within_three_minutes_on_an_h100(monkeypatch):
     """The recorder's budget in tools/gpu-validate.sh (BENCH_S) is 180 s: the plan's estimate leaves a margin."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    settings = bench.plan("cuda")
-    counts = bench.measurement_counts(settings, "cuda")
+    settings = recorder.plan("cuda")
+    counts = recorder.measurement_counts(settings, "cuda")
     assert counts == {"gemm": 4, "inference": 6 * len(settings["inference_batches"]["float32"]), "train": 4}
-    estimate = bench.estimated_seconds(settings, "cuda")
+    estimate = recorder.estimated_seconds(settings, "cuda")
     assert estimate <= 150, f"{estimate:.0f} s: shrink the CUDA plan (batches, min_run_time)"
     # the estimate is the sum of its parts: measurements, autotuning and start-up
-    costs = bench.CUDA_COSTS
+    costs = recorder.CUDA_COSTS
     assert estimate == pytest.approx(costs["startup"] + 32 * (settings["min_run_time_s"] + costs["per_measurement"])
                                      + 24 * costs["autotune_inference"] + 4 * costs["autotune_train"])
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4: fewer modes
-    assert bench.estimated_seconds(settings, "cuda") < estimate
+    assert recorder.estimated_seconds(settings, "cuda") < estimate
 
 
 def test_plan_quick_is_tiny_and_unknown_device_is_rejected():
-    quick = bench.plan("cpu", quick=True)
+    quick = recorder.plan("cpu", quick=True)
     assert quick["quick"] and quick["image_size"] <= 64 and quick["gemm_n"] <= 128
     with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
-        bench.plan("mps")
+        recorder.plan("mps")
 
 
 # ----------------------------------------------------------------------------------- absent, flags, modes
@@ -122,7 +123,7 @@ def test_absent_reason_is_the_one_place_that_knows_what_exists(monkeypatch):
     assert "Ampere" in bench.absent_reason("tf32", "cuda")
     assert "bf16" in bench.absent_reason("autocast_bfloat16", "cuda") and bench.absent_reason("float16", "cuda") is None
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # a Hopper GPU
-    assert all(bench.absent_reason(mode, "cuda") is None for mode in bench.INFERENCE_MODES + bench.TRAIN_MODES)
+    assert all(bench.absent_reason(mode, "cuda") is None for mode in bench.INFERENCE_MODES + recorder.TRAIN_MODES)
 
 
 def test_tf32_flags_set_both_and_restore_even_after_an_error():
@@ -177,7 +178,7 @@ def test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first(m
         assert seen == [(mode, mode == "tf32", mode == "tf32", 2)]  # warm-up and memory calls before timing
     for mode in ("tf32", "float32"):
         seen.clear(), calls.clear()
-        bench.train_step(Counting(), mode, 2, image_size=16, min_run_time=0.01, num_classes=10)
+        recorder.train_step(Counting(), mode, 2, image_size=16, min_run_time=0.01, num_classes=10)
         assert seen == [(mode, mode == "tf32", mode == "tf32", 2)]
 
 
@@ -185,9 +186,9 @@ def test_measure_refuses_cuda_where_there_is_none(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(RuntimeError, match="--device cpu"):
-        bench.measure("cuda")
+        recorder.measure("cuda")
     with pytest.raises(SystemExit) as stopped:  # the command line says so in one line, without a traceback
-        bench.main(["--device", "cuda", "--out", "unused"])
+        recorder.main(["--device", "cuda", "--out", "unused"])
     assert stopped.value.code == 1 and capsys.readouterr().err.startswith("No CUDA device is available here")
 
 
@@ -272,11 +273,11 @@ def test_inference_entry(mode):
     assert entry["peak_memory_bytes"] >= 2 * 8 * 16 * 16 * (4 if mode == "float32" else 2)
 
 
-@pytest.mark.parametrize("mode", bench.TRAIN_MODES)
+@pytest.mark.parametrize("mode", recorder.TRAIN_MODES)
 def test_train_step_leaves_the_model_alone_and_counts_gradients(mode):
     model = tiny_model()
     before = copy.deepcopy(model.state_dict())
-    entry = bench.train_step(model, mode, 2, image_size=16, min_run_time=0.01, num_classes=10)
+    entry = recorder.train_step(model, mode, 2, image_size=16, min_run_time=0.01, num_classes=10)
     assert entry["mode"] == mode and entry["step_ms"] > 0
     # new gradients every step (zero_grad sets them to None); the momentum buffers exist since the warm-up
     assert entry["peak_memory_bytes"] >= helpers.parameter_bytes(model, include_buffers=False)
@@ -290,13 +291,13 @@ def test_train_step_leaves_the_model_alone_and_counts_gradients(mode):
     else:
         assert entry["scaler"] is None
     with pytest.raises(ValueError, match="Unknown training mode"):
-        bench.train_step(model, "float16", 2)
+        recorder.train_step(model, "float16", 2)
 
 
 def test_train_step_records_the_steps_a_grad_scaler_skips(monkeypatch):
     """At a huge initial scale the fp16 backward overflows: the skipped steps and the halved scale are recorded."""
-    monkeypatch.setattr(bench, "INIT_SCALE", 2.0**100)
-    entry = bench.train_step(tiny_model(), "autocast_float16", 2, image_size=16, min_run_time=0.01, num_classes=10)
+    monkeypatch.setattr(recorder, "INIT_SCALE", 2.0**100)
+    entry = recorder.train_step(tiny_model(), "autocast_float16", 2, image_size=16, min_run_time=0.01, num_classes=10)
     scaler = entry["scaler"]
     assert scaler["init_scale"] == 2.0**100 and scaler["skipped_steps"] >= 1
     assert scaler["final_scale"] == 2.0**100 / 2 ** scaler["skipped_steps"]
@@ -315,7 +316,7 @@ def tiny_bench(monkeypatch):
 
 
 def test_main_quick_records_a_valid_file(tiny_bench, tmp_path, capsys):
-    record = bench.main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--note", "unit test"])
+    record = recorder.main(["--quick", "--device", "cpu", "--out", str(tmp_path), "--note", "unit test"])
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1 and files[0].name.startswith("cpu_")
     saved = json.loads(files[0].read_text())
@@ -334,23 +335,23 @@ def test_main_quick_records_a_valid_file(tiny_bench, tmp_path, capsys):
 
 
 def test_main_quick_needs_out_and_saves_nothing_without_it(tiny_bench, monkeypatch, tmp_path):
-    monkeypatch.setattr(bench, "BENCH_DIR", tmp_path)
+    monkeypatch.setattr(recorder, "BENCH_DIR", tmp_path)
     with pytest.raises(SystemExit):
-        bench.main(["--quick", "--device", "cpu"])
+        recorder.main(["--quick", "--device", "cpu"])
     assert list(tmp_path.iterdir()) == []
 
 
 def test_main_readme_prints_the_section(tmp_path, capsys):
-    bench.save_record(record_with(), tmp_path)
-    bench.main(["--readme", "--out", str(tmp_path)])
+    recorder.save_record(record_with(), tmp_path)
+    recorder.main(["--readme", "--out", str(tmp_path)])
     assert capsys.readouterr().out == bench.results_markdown(bench.load_records(tmp_path))
 
 
 def test_save_record_writes_one_file_per_machine_and_device(tmp_path):
     record = record_with(machine={"device": "cuda", "device_name": "NVIDIA H200", "threads": 16,
                                   "gpu_capability": "9.0"})
-    assert bench.save_record(record, tmp_path) == tmp_path / "cuda_nvidia-h200.json"
-    assert bench.save_record(record, tmp_path) == tmp_path / "cuda_nvidia-h200.json"
+    assert recorder.save_record(record, tmp_path) == tmp_path / "cuda_nvidia-h200.json"
+    assert recorder.save_record(record, tmp_path) == tmp_path / "cuda_nvidia-h200.json"
     assert len(list(tmp_path.iterdir())) == 1
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import course_stats as cs
+from tools import course_stats as cs
 
 NOTEBOOKS = sorted(cs.NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 
@@ -65,12 +65,12 @@ def test_appendix_is_split_from_the_core(tmp_path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stated_time_estimate_is_the_measured_one(path):
-    """The first cell states the estimate computed from the notebook itself (python -m helpers.course_stats)."""
+    """The first cell states the estimate computed from the notebook itself (python -m tools.course_stats)."""
     first = "".join(json.loads(path.read_text())["cells"][0]["source"])
     expected = cs.time_estimate_text(cs.notebook_stats(path))
     stated = re.search(r"\*\*Time estimate:\*\* ([^.(\n]*)", first)
     assert stated and stated.group(1).strip() == expected, (
-        f"{path.name}: first cell should say '**Time estimate:** {expected}' (python -m helpers.course_stats)")
+        f"{path.name}: first cell should say '**Time estimate:** {expected}' (python -m tools.course_stats)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -97,7 +97,7 @@ def test_workshop_route_fits_three_hours_and_the_readme_shows_it():
     stops = cs.route_minutes(cs.WORKSHOP_ROUTE)
     assert {name[:2] for name, _, _ in stops} == {p.name[:2] for p in NOTEBOOKS}, "the route visits every notebook"
     assert sum(minutes for _, _, minutes in stops) + cs.BREAK_MINUTES <= cs.WORKSHOP_MINUTES
-    assert cs.route_markdown() in README.read_text(), "regenerate it: python -m helpers.course_stats --route"
+    assert cs.route_markdown() in README.read_text(), "regenerate it: python -m tools.course_stats --route"
 
 
 def test_route_refuses_a_section_that_does_not_exist():
@@ -106,22 +106,22 @@ def test_route_refuses_a_section_that_does_not_exist():
 
 
 def test_readme_suite_times_are_the_recorded_ones():
-    from helpers import suite_times
+    from tools import suite_times
 
     text = README.read_text()
     assert suite_times.readme_table() in text and suite_times.readme_speed_table() in text, (
-        "regenerate them: python -m helpers.suite_times --readme")
+        "regenerate them: python -m tools.suite_times --readme")
 
 
 def test_suite_times_leaves_out_only_the_readme_comparison_when_it_measures():
-    from helpers import suite_times
+    from tools import suite_times
 
     this_test = test_readme_suite_times_are_the_recorded_ones.__name__
     assert suite_times.README_TEST == f"tests/{Path(__file__).name}::{this_test}"
 
 
 def test_suite_times_reference_work_takes_a_measurable_time(capsys):
-    from helpers import suite_times
+    from tools import suite_times
 
     assert 0.001 < suite_times.reference_seconds() < 60
     assert suite_times.main(["--reference"]) == 0
@@ -129,7 +129,7 @@ def test_suite_times_reference_work_takes_a_measurable_time(capsys):
 
 
 def test_suite_times_table_shows_each_run_and_its_reference_time(tmp_path):
-    from helpers import suite_times
+    from tools import suite_times
 
     record = {"cpu_class": "native bf16", "cpu_capability": "AVX512", "torch": "2.4.1", "wall_seconds": 99.6,
               "groups": {"unit tests": 20.2, "00_x.ipynb": 5.0}, "reference_seconds": {"before": 0.5, "after": 0.7}}
@@ -144,7 +144,7 @@ def test_suite_times_table_shows_each_run_and_its_reference_time(tmp_path):
 
 
 def test_suite_times_groups_junit_cases_by_notebook(tmp_path):
-    from helpers import suite_times
+    from tools import suite_times
 
     report = tmp_path / "junit.xml"
     report.write_text('<testsuites><testsuite>'

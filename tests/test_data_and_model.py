@@ -51,5 +51,5 @@ def test_shipped_checkpoint_reproduces_its_recorded_accuracy():
 
 
 def test_missing_checkpoint_says_how_to_regenerate(tmp_path):
-    with pytest.raises(FileNotFoundError, match="python -m helpers.reference"):
+    with pytest.raises(FileNotFoundError, match="python -m tools.reference"):
         helpers.load_reference_model(tmp_path / "missing.pt")

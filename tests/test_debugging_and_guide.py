@@ -7,7 +7,7 @@ from torch import nn
 
 from helpers import debugging, exercises, guide
 from helpers import device as device_module
-from helpers.device import DtypeSpeed
+from helpers.speed import DtypeSpeed
 from helpers.solutions import nb07
 
 
@@ -92,7 +92,7 @@ def _section_refs(text: str) -> list[tuple[str, str]]:
 def test_guide_and_notebook_07_point_at_sections_that_exist():
     from pathlib import Path
 
-    from helpers.course_stats import notebook_path, section_stats
+    from tools.course_stats import notebook_path, section_stats
 
     texts = [Path(guide.__file__).read_text(),
              Path(notebook_path("07")).read_text()]

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from helpers import deploy
+from helpers import state as state_mod
 from helpers.exercises import check, solution
 
 
@@ -35,24 +36,24 @@ def test_torch_sources_mentioning_finds_a_real_name_and_not_a_made_up_one():
 
 def test_snapshot_changed_and_count_changes():
     net = small_net().train()
-    before = deploy.snapshot(net)
+    before = state_mod.snapshot(net)
     net(torch.randn(4, 3, 8, 8))  # training-mode forward: BatchNorm buffers move, parameters do not
-    changed = deploy.changed(before, deploy.snapshot(net))
+    changed = state_mod.changed(before, state_mod.snapshot(net))
     assert changed == {name for name, _ in net.named_buffers()}
-    assert deploy.count_changes(net, changed) == {"parameters changed": "0 of 6", "buffers changed": "3 of 3"}
-    assert deploy.changed(before, before) == set()
+    assert state_mod.count_changes(net, changed) == {"parameters changed": "0 of 6", "buffers changed": "3 of 3"}
+    assert state_mod.changed(before, before) == set()
     # a dtype change counts as a change, even where every value survives the cast
     halved = {name: t.half() if t.is_floating_point() else t for name, t in before.items()}
-    assert deploy.changed(before, halved) == {name for name, t in before.items() if t.is_floating_point()}
+    assert state_mod.changed(before, halved) == {name for name, t in before.items() if t.is_floating_point()}
 
 
 def test_logits_with_loads_the_state_in_eval_mode():
     net = small_net()
-    state = deploy.snapshot(net)
+    state = state_mod.snapshot(net)
     x = torch.randn(2, 3, 8, 8)
     logits = deploy.logits_with(net.train(), state, x)
     assert not net.training and torch.is_inference(logits)
-    assert deploy.changed(state, deploy.snapshot(net)) == set()  # eval mode: the statistics did not move
+    assert state_mod.changed(state, state_mod.snapshot(net)) == set()  # eval mode: the statistics did not move
 
 
 def test_compare_logits():

@@ -3,6 +3,7 @@ import torch
 
 import helpers
 from helpers import device as device_module
+from helpers import speed as speed_module
 
 
 def test_pick_device_defaults_to_an_available_device():
@@ -76,10 +77,10 @@ def test_fast_dtypes_reads_cpu_flags(monkeypatch):
     (0.01, 1.6, "emulated: matmul 100x slower"),
 ])
 def test_speed_verdict_reads_both_ratios(matmul, elementwise, words):
-    verdict = device_module.speed_verdict(matmul, elementwise)
+    verdict = speed_module.speed_verdict(matmul, elementwise)
     assert words in verdict
-    assert "memory-bound ops 1.5x faster" in device_module.speed_verdict(0.01, 1.5)
-    assert "memory-bound ops 0.90x float32" in device_module.speed_verdict(0.01, 0.9)
+    assert "memory-bound ops 1.5x faster" in speed_module.speed_verdict(0.01, 1.5)
+    assert "memory-bound ops 0.90x float32" in speed_module.speed_verdict(0.01, 0.9)
 
 
 def test_speed_profile_measures_every_dtype_against_float32():
@@ -89,15 +90,15 @@ def test_speed_profile_measures_every_dtype_against_float32():
     for name in ("bfloat16", "float16"):
         speed = profile[name]
         assert speed.matmul_speedup > 0 and speed.elementwise_speedup > 0
-        assert speed.verdict == device_module.speed_verdict(speed.matmul_speedup, speed.elementwise_speedup)
-        assert speed.emulated == (speed.matmul_speedup < device_module.EMULATED_RATIO)
+        assert speed.verdict == speed_module.speed_verdict(speed.matmul_speedup, speed.elementwise_speedup)
+        assert speed.emulated == (speed.matmul_speedup < speed_module.EMULATED_RATIO)
 
 
 def test_workload_shrinks_only_for_an_emulated_dtype(monkeypatch):
     fake = {"float32": helpers.DtypeSpeed("float32", 1.0, 1.0, ""),
             "bfloat16": helpers.DtypeSpeed("bfloat16", 2.5, 1.8, ""),
             "float16": helpers.DtypeSpeed("float16", 0.01, 1.6, "")}
-    monkeypatch.setattr(device_module, "speed_profile", lambda device="cpu": fake)
+    monkeypatch.setattr(speed_module, "speed_profile", lambda device="cpu": fake)
     assert helpers.workload(torch.float32, 100, 10) == 100
     assert helpers.workload(torch.bfloat16, 100, 10) == 100
     assert helpers.workload("float16", 100, 10) == 10
@@ -141,14 +142,14 @@ def test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu(tm
 
 def test_speed_profile_is_cached_per_machine_and_kernel_choice(monkeypatch):
     first = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, min_run_time=0.001)
-    assert device_module.speed_cache_path().exists()
-    device_module._speed_profile.cache_clear()
+    assert speed_module.speed_cache_path().exists()
+    speed_module._speed_profile.cache_clear()
 
     def must_not_measure(*args, **kwargs):
         raise AssertionError("measured again although the profile was cached")
 
     must_not_measure.cache_clear = lambda: None
-    monkeypatch.setattr(device_module, "_speed_profile", must_not_measure)
+    monkeypatch.setattr(speed_module, "_speed_profile", must_not_measure)
     again = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
     assert {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in again.items()} == \
         {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in first.items()}

@@ -2,7 +2,7 @@ import json
 
 import nbformat
 
-from helpers.run_notebooks import run_notebook
+from tools.run_notebooks import run_notebook
 
 
 def test_run_notebook_executes_in_place_and_trims_demonstrated_tracebacks(tmp_path):

@@ -1,5 +1,5 @@
-"""helpers.scaling: underflow fractions, bit-exact comparisons, saved bytes by dtype, scaler simulation and the
-simulated CUDA autocast."""
+"""helpers.scaling (underflow fractions, scaler simulation), helpers.state (bit-exact comparisons) and the simulated
+CUDA autocast of helpers.autocast_rules."""
 import sys
 
 import pytest
@@ -10,10 +10,11 @@ from torch.nn import functional as F
 import helpers
 from helpers.dtype_trace import record_ops
 from helpers.device import autocast_state
-from helpers.scaling import (SimulationUnavailable, autocast_rule_devices, bitwise_equal,
-                             cuda_simulation_available, underflow_fraction, gradients, injected_inf_steps,
-                             max_abs_difference, optimizer_snapshot, overflow_fraction, same_state,
-                             simulated_cuda_autocast, snapshot, subnormal_fraction)
+from helpers.autocast_rules import (SimulationUnavailable, autocast_rule_devices, cuda_simulation_available,
+                                    simulated_cuda_autocast)
+from helpers.scaling import (gradients, injected_inf_steps, overflow_fraction, subnormal_fraction,
+                             underflow_fraction)
+from helpers.state import bitwise_equal, max_abs_difference, optimizer_snapshot, same_state, snapshot
 
 SIMULATION, WHY_NOT = cuda_simulation_available()
 needs_simulation = pytest.mark.skipif(not SIMULATION, reason=f"simulated CUDA autocast unavailable: {WHY_NOT}")
@@ -184,7 +185,7 @@ def test_optimizer_snapshot_sees_adam_steps_but_not_skipped_ones():
 def test_simulation_refuses_where_fake_cuda_tensors_would_call_the_cuda_runtime(monkeypatch):
     """Before torch 2.10, indexing or copy_ on a fake CUDA tensor takes a real CUDA device guard: without a GPU the
     simulation must say so up front (notebook 03 then skips its CUDA columns) instead of failing mid-notebook."""
-    import helpers.scaling as scaling
+    import helpers.autocast_rules as scaling
 
     monkeypatch.setattr(torch, "__version__", "2.9.1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -202,7 +203,7 @@ def test_simulation_check_notices_rules_that_are_not_cudas(monkeypatch):
     """A simulation that does not apply CUDA's rules (here: no autocast, no fake CUDA device) is reported."""
     import contextlib
 
-    import helpers.scaling as scaling
+    import helpers.autocast_rules as scaling
 
     monkeypatch.setattr(scaling, "simulated_cuda_autocast", lambda dtype: contextlib.nullcontext())
     available, why = cuda_simulation_available()

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 import helpers
+from tools import bench as recorder
 from helpers import bench, ddp_train, device as device_mod, guide, measure, peaks
 
 NATIVE_BF16 = (8, 0)  # Ampere: bf16 (and TF32) tensor cores from here on
@@ -171,10 +172,10 @@ def test_speed_profile_and_workload_use_gpu_sizes(fake_cuda, monkeypatch, gpu):
         seen.append((device, matmul_n, elementwise_n))
         bf16 = 3.0 if gpu.native_bf16 else 0.2  # a GPU's bf16 without tensor cores: slower than fp32
         return (helpers.DtypeSpeed("float32", 1.0, 1.0, "the baseline"),
-                helpers.DtypeSpeed("bfloat16", bf16, 1.9, device_mod.speed_verdict(bf16, 1.9)),
-                helpers.DtypeSpeed("float16", 3.0, 1.9, device_mod.speed_verdict(3.0, 1.9)))
+                helpers.DtypeSpeed("bfloat16", bf16, 1.9, helpers.speed.speed_verdict(bf16, 1.9)),
+                helpers.DtypeSpeed("float16", 3.0, 1.9, helpers.speed.speed_verdict(3.0, 1.9)))
 
-    monkeypatch.setattr(device_mod, "_speed_profile", fake_profile)
+    monkeypatch.setattr(helpers.speed, "_speed_profile", fake_profile)
     profile = helpers.speed_profile("cuda")
     assert seen == [("cuda", 4096, 1 << 26)]  # large enough to fill a GPU
     assert profile["float16"].compute_is_fast and profile["bfloat16"].compute_is_fast is gpu.native_bf16
@@ -196,24 +197,24 @@ def test_environment_report_names_the_gpu(fake_cuda, gpu):
 def test_recorder_plan_and_absent_modes(fake_cuda, gpu):
     fake_cuda(gpu)
     cuda = torch.device("cuda")
-    for mode in set(bench.GEMM_DTYPES + bench.INFERENCE_MODES + bench.TRAIN_MODES):
+    for mode in set(bench.GEMM_DTYPES + bench.INFERENCE_MODES + recorder.TRAIN_MODES):
         reason = bench.absent_reason(mode, cuda)
         needs_ampere = "tf32" in mode or "bfloat16" in mode
         assert (reason is not None) is (needs_ampere and not gpu.native_bf16), mode
         if reason:
             assert ("Ampere" in reason) and ("sm_80" in reason)
-    settings = bench.plan("cuda")
-    counts = bench.measurement_counts(settings, cuda)
+    settings = recorder.plan("cuda")
+    counts = recorder.measurement_counts(settings, cuda)
     modes = 6 if gpu.native_bf16 else 3  # float32, float16, autocast_float16 only before Ampere
     assert counts["inference"] == modes * len(settings["inference_batches"]["float32"])
     assert counts["gemm"] == (4 if gpu.native_bf16 else 2) and counts["train"] == (4 if gpu.native_bf16 else 2)
-    assert bench.estimated_seconds(settings, cuda) <= 150
+    assert recorder.estimated_seconds(settings, cuda) <= 150
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
 def test_machine_info_and_datasheet_peaks(fake_cuda, gpu):
     fake_cuda(gpu)
-    info = bench.machine_info(torch.device("cuda"))
+    info = recorder.machine_info(torch.device("cuda"))
     assert info["device"] == "cuda" and info["device_name"] == gpu.name
     assert info["gpu_capability"] == "%d.%d" % gpu.capability
     assert info["datasheet"]["name"] == gpu.datasheet and "nvidia.com" in info["datasheet"]["source"]
@@ -228,7 +229,7 @@ def test_machine_info_and_datasheet_peaks(fake_cuda, gpu):
 
 def test_an_unknown_gpu_has_no_fraction_of_peak(fake_cuda):
     fake_cuda(Gpu("NVIDIA RTX A6000", (8, 6), None))
-    assert bench.machine_info(torch.device("cuda"))["datasheet"] is None
+    assert recorder.machine_info(torch.device("cuda"))["datasheet"] is None
     assert bench._of_peak(100.0, "bfloat16", torch.device("cuda")) == {"peak_tflops": None, "fraction_of_peak": None}
 
 
@@ -273,17 +274,17 @@ def test_recorder_measure_flow_on_a_t4(fake_cuda, monkeypatch):
     fake_cuda(GPUS[1])
     benchmark_during = []
     monkeypatch.setattr(torchvision.models, "get_model", lambda name, weights=None: torch.nn.Linear(2, 2))
-    monkeypatch.setattr(bench, "prepare_model", lambda model, mode, device: model)
-    monkeypatch.setattr(bench, "gemm", lambda dtype, n, device, run_time: {"dtype": dtype, "tflops": None})
+    monkeypatch.setattr(recorder, "prepare_model", lambda model, mode, device: model)
+    monkeypatch.setattr(recorder, "gemm", lambda dtype, n, device, run_time: {"dtype": dtype, "tflops": None})
 
     def fake_inference(net, mode, batch, **kwargs):
         benchmark_during.append(torch.backends.cudnn.benchmark)
         return {"dtype": mode, "batch": batch}
 
-    monkeypatch.setattr(bench, "inference", fake_inference)
-    monkeypatch.setattr(bench, "train_step", lambda model, mode, batch, **kwargs: {"mode": mode, "batch": batch})
+    monkeypatch.setattr(recorder, "inference", fake_inference)
+    monkeypatch.setattr(recorder, "train_step", lambda model, mode, batch, **kwargs: {"mode": mode, "batch": batch})
     saved = torch.backends.cudnn.benchmark
-    record = bench.measure("cuda", progress=lambda line: None)
+    record = recorder.measure("cuda", progress=lambda line: None)
     assert torch.backends.cudnn.benchmark == saved and set(benchmark_during) == {True}
     assert {e["dtype"] for e in record["inference"]} == {"float32", "float16", "autocast_float16"}
     assert {e["mode"] for e in record["train_step"]} == {"float32", "autocast_float16"}

@@ -1,8 +1,8 @@
-"""helpers.speed: the setup check's recommendation (fake profiles) and the two-kinds-of-speed reading."""
+"""helpers.nb00: the setup check's recommendation (fake profiles) and the two-kinds-of-speed reading."""
 import torch
 
-from helpers.device import DtypeSpeed, speed_verdict
-from helpers.speed import (Recommendation, SpeedPoint, measure_two_kinds, recommendation, speedups,
+from helpers.speed import DtypeSpeed, speed_verdict
+from helpers.nb00 import (Recommendation, SpeedPoint, measure_two_kinds, recommendation, speedups,
                            two_kinds_finding, verdict_table)
 
 

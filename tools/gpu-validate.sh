@@ -2,7 +2,7 @@
 # One-command validation of the course on a CUDA machine, from the project root:
 #   bash tools/gpu-validate.sh [extra pytest arguments]          (OUT=dir for the results; default ./gpu-out)
 # 1) installs the wheels carried in .whl/ (if that folder exists: see ../shared/gpu/fetch-wheels.sh) into
-#    /tmp/site, 2) records the GPU with `python -m helpers.bench --device cuda` (limit BENCH_S, 180 s),
+#    /tmp/site, 2) records the GPU with `python -m tools.bench --device cuda` (limit BENCH_S, 180 s),
 # 3) runs the whole pytest suite (unit tests + every notebook under nbval) on the GPU (limit PYTEST_S, 270 s).
 # Sized to finish in under 8 minutes on an H100-class GPU. Everything it prints is also under $OUT: gpu.txt,
 # bench.log, the benchmark JSON (cuda_<gpu name>.json: copy it to data/benchmarks/), pytest.log, junit.xml.

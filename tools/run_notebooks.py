@@ -1,4 +1,4 @@
-"""Re-execute notebooks in place, as they are committed: ``python -m helpers.run_notebooks [NOTEBOOK ...]``.
+"""Re-execute notebooks in place, as they are committed: ``python -m tools.run_notebooks [NOTEBOOK ...]``.
 
 Each notebook runs top to bottom in a fresh kernel started in ``notebooks/`` (as nbval does). Tracebacks of the
 errors a cell demonstrates on purpose are cut to their last line, because their frames name files of this

@@ -1,8 +1,8 @@
-"""How long the classroom pre-flight (``pytest``) takes, per notebook: ``python -m helpers.suite_times``.
+"""How long the classroom pre-flight (``pytest``) takes, per notebook: ``python -m tools.suite_times``.
 
 Runs the whole suite once (``pytest --junitxml``), adds up the time of every test item per file group (the unit
 tests as one group, each notebook as one), and writes ``data/suite_times/suite_<cpu class>.json``. The CPU class is
-measured, not guessed: "native bf16" where :func:`helpers.device.speed_profile` finds bf16 matmuls at least as
+measured, not guessed: "native bf16" where :func:`helpers.speed.speed_profile` finds bf16 matmuls at least as
 fast as float32, else "emulated bf16" (an AVX2-only laptop; imitate one on a newer CPU with
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``). ``--readme`` prints the README's table from the recorded
 files. A benchmark, not a timed test: nothing fails because a machine is slow.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .device import speed_profile
+from helpers.speed import speed_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMES_DIR = ROOT / "data" / "suite_times"
@@ -103,7 +103,7 @@ def readme_table(directory: Path = TIMES_DIR) -> str:
     """The README's table: seconds per group for each recorded CPU class, with the whole suite's wall time."""
     records = _records(directory)
     if not records:
-        return "(no suite timing recorded yet: run `python -m helpers.suite_times`)"
+        return "(no suite timing recorded yet: run `python -m tools.suite_times`)"
     groups = list(dict.fromkeys(g for r in records for g in r["groups"]))
     header = "| | " + " | ".join(f"{r['cpu_class']} ({r['cpu_capability']}, torch {r['torch']})" for r in records)
     rows = [header + " |", "|---" * (len(records) + 1) + "|"]
@@ -112,7 +112,7 @@ def readme_table(directory: Path = TIMES_DIR) -> str:
                     + " |")
     rows.append("| **whole `pytest` run (wall)** | " + " | ".join(
         f"**{r['wall_seconds']:.0f} s** (target {TARGETS[r['cpu_class']]} s)" for r in records) + " |")
-    rows.append("| reference work, before the run (`python -m helpers.suite_times --reference`) | " + " | ".join(
+    rows.append("| reference work, before the run (`python -m tools.suite_times --reference`) | " + " | ".join(
         f"{r['reference_seconds']['before']:.2f} s" if "reference_seconds" in r else "not recorded"
         for r in records) + " |")
     return "\n".join(rows)

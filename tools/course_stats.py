@@ -1,4 +1,4 @@
-"""How long a notebook takes a learner, and how much of its code teaches: ``python -m helpers.course_stats``.
+"""How long a notebook takes a learner, and how much of its code teaches: ``python -m tools.course_stats``.
 
 A notebook has a **core path** and, optionally, an **appendix**: the appendix starts at the first markdown cell
 with a line that begins with ``## Appendix`` and runs to the end (the closing navigation cell aside). Workshops and
@@ -11,18 +11,19 @@ notebooks 03 and 04, about 100 and 90 minutes):
 - code: non-blank code lines at :data:`SECONDS_PER_CODE_LINE` (read it, run it, look at the output);
 - exercises: :data:`MINUTES_PER_EXERCISE` for each ``check("NN.k", ...)`` call.
 
-``python -m helpers.course_stats --route`` prints the README's 3-hour workshop route (:data:`WORKSHOP_ROUTE`)
+``python -m tools.course_stats --route`` prints the README's 3-hour workshop route (:data:`WORKSHOP_ROUTE`)
 with each stop's minutes.
 
-**Teaching fraction**: the share of the core path's code lines that are the idea itself. Each top-level statement
-is classified with :mod:`ast`; its lines count as
+**Teaching fraction**: the share of the core path's code lines that are the idea itself or its measurement.
+Each top-level statement is classified with :mod:`ast`; its lines count as
 
 - ``show``: printing, plotting and formatting: ``print(...)``, ``display(...)``, calls of functions named
   ``show*``/``print*``/``plot*``, any statement that calls a matplotlib object (``plt``, ``ax``, ``fig``,
   ``axes``), and assignments of a formatted string (an f-string, ``.format``, ``.join``);
 - ``measure``: a statement that calls a timing or memory tool (``time_it``, ``Timer``, ``perf_counter``,
   ``synchronize``, the ``*memory*``/``*_bytes`` measurers and the like), or a loop or function that contains
-  such a call: the harness around an experiment;
+  such a call: the experiment's measurement, which counts towards the teaching fraction (a learner should be
+  able to write it in their own project, so it stays in the cell);
 - ``check``: ``assert``, ``raise``, and calls of ``check``/``*.check`` (a claim verified, or an exercise graded);
 - ``setup``: imports;
 - ``teach``: everything else (models, data, the recipe, experiments, a bare expression whose value is shown).
@@ -170,9 +171,10 @@ class PartStats:
 
     @property
     def teaching_fraction(self) -> float:
-        """Share of classified code lines that teach (0.0 when there is no code)."""
+        """Share of classified code lines that teach (0.0 when there is no code): ``teach`` and ``measure`` lines,
+        since in a course by experiment the measurement a learner should be able to write is part of the lesson."""
         total = sum(self.kinds.values())
-        return self.kinds["teach"] / total if total else 0.0
+        return (self.kinds["teach"] + self.kinds["measure"]) / total if total else 0.0
 
 
 @dataclass
@@ -312,7 +314,7 @@ def table(paths: list[Path]) -> str:
         s = notebook_stats(path)
         rows.append(f"| {s.name} | {s.core.minutes:.0f} | {s.appendix.minutes:.0f} | {s.core.words} | "
                     f"{s.core.code_lines} | {s.core.exercises} | {s.core.teaching_fraction:.0%} "
-                    f"({s.core.kinds['teach']}/{sum(s.core.kinds.values())}) |")
+                    f"({s.core.kinds['teach'] + s.core.kinds['measure']}/{sum(s.core.kinds.values())}) |")
     return "\n".join(rows)
 
 

@@ -1,4 +1,4 @@
-"""Train the reference model in fp32 and save its checkpoint: ``python -m helpers.reference``."""
+"""Train the reference model in fp32 and save its checkpoint: ``python -m tools.reference``."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,9 @@ import json
 
 import torch
 
-from .data import make_loader, shapes_dataset
-from .model import CHECKPOINT, ShapesCNN
-from .train import evaluate, train
+from helpers.data import make_loader, shapes_dataset
+from helpers.model import CHECKPOINT, ShapesCNN
+from helpers.train import evaluate, train
 
 SEED = 0
 EPOCHS = 8

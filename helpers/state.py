@@ -1,0 +1,67 @@
+"""Snapshots of a model's (or optimizer's) state and bit-exact comparisons: did this step, load or call change
+anything? Taught in notebook 04 (skipped steps leave weights untouched; exact resume) and notebook 06 (what
+``.half()`` converts in place)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .formats import _INT_VIEW
+
+
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of every parameter and buffer of ``module`` (its ``state_dict``, cloned)."""
+    return {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when ``a`` and ``b`` have the same dtype, shape and bit pattern (so NaN equals the same NaN and
+    ``-0.0`` differs from ``0.0``, unlike ``torch.equal``)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point():
+        view = _INT_VIEW[a.element_size() * 8]
+        return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+    return torch.equal(a, b)
+
+
+def same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """True when two state dicts (e.g. from :func:`snapshot`) hold the same names and bit-identical tensors."""
+    return a.keys() == b.keys() and all(bitwise_equal(a[name], b[name]) for name in a)
+
+
+def max_abs_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest absolute difference between matching floating tensors of two state dicts (same names required)."""
+    if a.keys() != b.keys():
+        raise ValueError("the two state dicts do not hold the same names")
+    diffs = [(a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point()]
+    return max(diffs, default=0.0)
+
+
+def optimizer_snapshot(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """A detached copy of the optimizer's per-parameter state (e.g. Adam's ``step``, ``exp_avg``, ``exp_avg_sq``),
+    keyed ``"<parameter index>.<name>"``; compare two snapshots with :func:`same_state`.
+
+    Non-tensor entries become tensors, so a snapshot holds only tensors. An optimizer that has not stepped yet
+    has no state: its snapshot is empty.
+    """
+    snapshot_: dict[str, torch.Tensor] = {}
+    for index, state in optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            tensor = value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
+            snapshot_[f"{index}.{name}"] = tensor
+    return snapshot_
+
+
+def changed(old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -> set[str]:
+    """Names of the tensors whose dtype or any value differs between two state dicts of the same model."""
+    return {name for name, tensor in new.items()
+            if tensor.dtype != old[name].dtype or not torch.equal(tensor, old[name])}
+
+
+def count_changes(model: nn.Module, names: set[str]) -> dict[str, str]:
+    """How many of ``model``'s parameters and buffers are in ``names``: ``{"parameters": "0 of 161", ...}``."""
+    parameters = {name for name, _ in model.named_parameters()}
+    buffers = {name for name, _ in model.named_buffers()}
+    return {"parameters changed": f"{len(names & parameters)} of {len(parameters)}",
+            "buffers changed": f"{len(names & buffers)} of {len(buffers)}"}

@@ -1,0 +1,243 @@
+"""Benchmark recorder (course tooling): ``python -m tools.bench`` measures this machine and writes data/benchmarks/*.json.
+
+Record format (one JSON file per machine and device; "schema": 1):
+
+    {"schema": 1, "created": ISO time, "command": the command line that produced it,
+     "machine": {"device": "cpu" | "cuda", "device_name": str, "threads": int, "gpu_capability": "9.0" | null,
+                 "datasheet": {"name": str, "source": str} | null (a GPU of data/gpu_peaks.json)},
+     "versions": {"torch": str, "torchvision": str, "python": str, "cuda": str | null, "cudnn": int | null},
+     "settings": {...: what was measured and how, what was left out and why, a free-text "note"},
+     "gemm": [{"dtype": "float32" | "tf32" | "float16" | "bfloat16", "n": int, "tflops": float | null,
+               "seconds": float | null, "absent": "<why>" (only where the dtype does not exist on the device),
+               "peak_tflops": float | null, "fraction_of_peak": float | null (known GPUs: datasheet dense peak)}],
+     "inference": [{"model": "resnet50", "dtype": one of INFERENCE_MODES, "batch": int, "images_per_s": float,
+                    "latency_ms": float, "peak_memory_bytes": int, "peak_reserved_bytes": int | null}],
+     "train_step": [{"model": str, "mode": one of TRAIN_MODES, "batch": int, "step_ms": float,
+                     "peak_memory_bytes": int, "peak_reserved_bytes": int | null,
+                     "scaler": null | {"steps": int, "skipped_steps": int, "init_scale": float,
+                                       "final_scale": float} (autocast_float16: what the GradScaler did)}]}
+
+Modes. "float32" is strict fp32: TF32 off for matmuls and cuDNN (whose PyTorch default is TF32 on); "tf32"
+(CUDA from Ampere on) turns both on; every other mode runs with TF32 off. "float16"/"bfloat16": ``model.half()``/
+``.bfloat16()`` and inputs of that dtype; "autocast_*": the fp32 model under ``torch.amp.autocast``. Inference:
+eval mode, ``torch.inference_mode()``, channels_last. Training step: SGD on cross-entropy, a ``GradScaler`` for
+autocast_float16. Each measurement makes one warm-up call, then one call for memory, then ``helpers.time_it``.
+
+"peak_memory_bytes": what one call allocates at its peak on top of what existed before it (weights, inputs,
+optimizer state): on CUDA the allocator's peak minus what was allocated before (cuDNN workspaces included),
+elsewhere the peak of the tensors the call creates (:func:`peak_tensor_bytes`; kernels' scratch buffers unseen).
+"peak_reserved_bytes" (CUDA only): what the caching allocator had to *reserve* from the driver on top of what it
+held before the call (its cache emptied first); an out-of-memory error is judged against reserved memory.
+
+"scaler": a ``GradScaler`` starts at scale 2**16; where the fp16 loss gradient overflows at that scale (small
+batches: the per-example gradients of the loss are larger), the first steps are *skipped* (no weight update)
+and the scale halves each time. The timed steps include them; "skipped_steps" says how many there were.
+
+Reading: :func:`load_records`, :func:`results_markdown` (``--readme``), :func:`plot_inference`.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import platform
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from helpers.bench import (BENCH_DIR, GEMM_DTYPES, INFERENCE_MODES, MODEL, REPRODUCE, _images, _measure,
+                           absent_reason, gemm, inference, load_records, prepare_model, results_markdown)
+from helpers.device import cpu_flags
+from helpers.peaks import peak_for
+from helpers.train import amp_step
+
+TRAIN_MODES = ("float32", "tf32", "autocast_float16", "autocast_bfloat16")
+INIT_SCALE = 2.0**16  # GradScaler's default initial scale, spelled out so the record can state it
+
+
+def plan(device_type: str, quick: bool = False) -> dict[str, Any]:
+    """The sizes measured on ``device_type`` ('cpu' or 'cuda'); ``quick``: tiny sizes for a smoke test. fp16 is
+    emulated on most CPUs (30-500x slower): there, fp16 inference runs at two batch sizes and fp16 training not."""
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"The recorder measures 'cpu' or 'cuda', not {device_type!r}.")
+    gemm_n, batches, image_size, train_batch, min_run_time = {
+        "quick": (64, [1, 2], 32, 2, 0.01), "cuda": (8192, [1, 8, 32, 128], 224, 32, 0.5),
+        "cpu": (1024, [1, 8, 32], 224, 8, 0.5)}["quick" if quick else device_type]
+    inference_batches = {mode: list(batches) for mode in INFERENCE_MODES}
+    train_modes, left_out = list(TRAIN_MODES), {}
+    if device_type == "cpu":
+        for mode in ("float16", "autocast_float16"):
+            inference_batches[mode] = batches[:2]
+        left_out["float16 inference"] = f"batches {batches[:2]} only: fp16 is emulated on most CPUs, very slow"
+        train_modes.remove("autocast_float16")
+        left_out["train autocast_float16"] = "fp16 is emulated on most CPUs: a training step would take minutes"
+    return {"quick": quick, "model": MODEL, "image_size": image_size, "channels_last": True,
+            "cudnn_benchmark": device_type == "cuda", "gemm_n": gemm_n, "inference_batches": inference_batches,
+            "train_batch": train_batch, "train_modes": train_modes,
+            "train_optimizer": "SGD(lr=0.01, momentum=0.9); cross-entropy on random labels",
+            "float32": "strict fp32: TF32 off for matmul and cuDNN; 'tf32' is measured as its own mode",
+            "min_run_time_s": min_run_time, "left_out": left_out}
+
+
+# What a CUDA run costs besides min_run_time, for planning (H100-class GPU; seconds; see estimated_seconds).
+CUDA_COSTS = {
+    "startup": 15.0,       # CUDA context, cuDNN/cuBLAS handles, building ResNet-50, the first copies to the GPU
+    "per_measurement": 0.8,  # the warm-up and memory calls, time_it's sizing call and each block's 2 warm-up
+                             # calls, a last block past min_run_time; generous: not yet checked on a GPU
+    "autotune_inference": 2.0,  # cudnn.benchmark tries every algorithm of ResNet-50's ~20 conv shapes, once per
+                                # (mode, batch): a new dtype, batch or TF32 flag is a new shape to it
+    "autotune_train": 6.0,      # the same for forward + both backward convolutions
+}
+
+
+def measurement_counts(settings: dict[str, Any], device: str | torch.device = "cpu") -> dict[str, int]:
+    """How many GEMMs, inference and training measurements ``settings`` (from :func:`plan`) makes on ``device``."""
+    present = [m for m in INFERENCE_MODES if absent_reason(m, device) is None]
+    return {"gemm": sum(absent_reason(d, device) is None for d in GEMM_DTYPES),
+            "inference": sum(len(settings["inference_batches"][m]) for m in present),
+            "train": sum(absent_reason(m, device) is None for m in settings["train_modes"])}
+
+
+def estimated_seconds(settings: dict[str, Any], device: str | torch.device = "cuda") -> float:
+    """The recorder's wall time with ``settings`` on a CUDA ``device``, from the plan and :data:`CUDA_COSTS`.
+
+    Each measurement: ``min_run_time`` + the per-measurement overhead; each inference or training configuration
+    also pays cuDNN's autotuning once; plus start-up. A planning figure, checked by a real run's "wall_seconds".
+    """
+    counts, costs = measurement_counts(settings, device), CUDA_COSTS
+    per_measurement = settings["min_run_time_s"] + costs["per_measurement"]
+    return (costs["startup"] + sum(counts.values()) * per_measurement
+            + counts["inference"] * costs["autotune_inference"] + counts["train"] * costs["autotune_train"])
+
+
+def train_step(model: nn.Module, mode: str, batch: int, *, device: str | torch.device = "cpu",
+               image_size: int = 224, min_run_time: float = 0.5, model_name: str = MODEL,
+               num_classes: int = 1000) -> dict[str, Any]:
+    """Time and memory of one SGD step of a copy of fp32 ``model`` in ``mode`` (one of TRAIN_MODES). The step ends
+    with ``zero_grad(set_to_none=True)``: between calls only the weights and the optimizer state remain."""
+    if mode not in TRAIN_MODES:
+        raise ValueError(f"Unknown training mode {mode!r}: use one of {', '.join(TRAIN_MODES)}.")
+    device = torch.device(device)
+    net = copy.deepcopy(model).to(device, memory_format=torch.channels_last).train()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler(device.type, init_scale=INIT_SCALE) if mode == "autocast_float16" else None
+    amp_dtype = getattr(torch, mode.removeprefix("autocast_")) if mode.startswith("autocast_") else None
+    x, generator = _images(batch, image_size, device, torch.float32)
+    y = torch.randint(0, num_classes, (batch,), device=device, generator=generator)
+
+    counts = {"steps": 0, "applied": 0}  # GradScaler.step skips optimizer.step() when a gradient overflowed
+    optimizer.register_step_post_hook(lambda *args: counts.__setitem__("applied", counts["applied"] + 1))
+
+    def step() -> None:
+        counts["steps"] += 1
+        amp_step(net, x, y, optimizer, amp_dtype=amp_dtype, scaler=scaler)
+        optimizer.zero_grad(set_to_none=True)
+
+    seconds, (memory, reserved) = _measure(step, device, "train step", mode, min_run_time)
+    scaling = None if scaler is None else {
+        "steps": counts["steps"], "skipped_steps": counts["steps"] - counts["applied"],
+        "init_scale": INIT_SCALE,
+        "final_scale": float(scaler.get_scale())}
+    return {"model": model_name, "mode": mode, "batch": batch, "step_ms": seconds * 1e3, "peak_memory_bytes": memory,
+            "peak_reserved_bytes": reserved, "scaler": scaling}
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    """Device type and name, PyTorch's CPU thread count, the GPU's compute capability and datasheet entry."""
+    cpuinfo, cuda = Path("/proc/cpuinfo"), device.type == "cuda"
+    names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), flags=re.M) if cpuinfo.exists() else []
+    cpu_name = names[0].strip() if names else platform.processor() or platform.machine()
+    gpu = peak_for(torch.cuda.get_device_name(device)) if cuda else None
+    return {"device": device.type, "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name,
+            "threads": torch.get_num_threads(),
+            "gpu_capability": "%d.%d" % torch.cuda.get_device_capability(device) if cuda else None,
+            "datasheet": {"name": gpu.name, "source": gpu.source} if gpu else None}
+
+
+def measure(device: str | torch.device | None = None, quick: bool = False, note: str = "",
+            command: str = REPRODUCE, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure GEMMs, the inference sweep and the training step on ``device`` (default: cuda if any, else cpu)."""
+    import torchvision
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("No CUDA device is available here: record this machine with --device cpu.")
+    absent = {m: absent_reason(m, device) for m in INFERENCE_MODES + TRAIN_MODES if absent_reason(m, device)}
+    flags = None if device.type == "cuda" else sorted({"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
+                                                      & cpu_flags())  # the CPU's native 16-bit instructions
+    settings = {**plan(device.type, quick), "absent": absent, "note": note, "cpu_16bit_flags": flags}
+    if device.type == "cuda":
+        settings["estimated_seconds"] = round(estimated_seconds(settings, device))
+    versions = {"torch": torch.__version__, "torchvision": torchvision.__version__, "python": platform.python_version(),
+                "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None}
+    record: dict[str, Any] = {"schema": 1, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), "command": command, "machine": machine_info(device), "versions": versions,
+        "settings": settings, "gemm": [], "inference": [], "train_step": []}
+    start, saved_benchmark = time.perf_counter(), torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
+    run_time, sizes = settings["min_run_time_s"], {"image_size": settings["image_size"], "model_name": MODEL}
+    try:
+        for dtype in GEMM_DTYPES:
+            record["gemm"].append(gemm(dtype, settings["gemm_n"], device, run_time))
+            progress(f"gemm {record['gemm'][-1]}")
+        torch.manual_seed(0)
+        model = torchvision.models.get_model(MODEL, weights=None)  # random weights: nothing is downloaded
+        for mode, batches in settings["inference_batches"].items():
+            if mode not in absent:
+                net = prepare_model(model, mode, device)
+                for batch in batches:
+                    record["inference"].append(inference(net, mode, batch, min_run_time=run_time, **sizes))
+                    progress(f"inference {record['inference'][-1]}")
+        for mode in [m for m in settings["train_modes"] if m not in absent]:
+            record["train_step"].append(train_step(model, mode, settings["train_batch"], device=device,
+                                                   min_run_time=run_time, **sizes))
+            progress(f"train step {record['train_step'][-1]}")
+    finally:
+        torch.backends.cudnn.benchmark = saved_benchmark
+    settings["wall_seconds"] = round(time.perf_counter() - start, 1)
+    return record
+
+
+def save_record(record: dict, directory: str | Path = BENCH_DIR) -> Path:
+    """Write ``record`` to ``<device>_<device name>.json`` in ``directory`` (one file per machine and device: a
+    re-run replaces it); return the path."""
+    machine = record["machine"]
+    slug = re.sub(r"[^a-z0-9]+", "-", machine["device_name"].lower()).strip("-") or "unknown"
+    path = Path(directory) / f"{machine['device']}_{slug}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> dict | None:
+    """Command line: measure and save (default), or print the README section (``--readme``)."""
+    parser = argparse.ArgumentParser(prog=REPRODUCE, description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if available, else cpu")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test); needs --out")
+    parser.add_argument("--out", help=f"directory to write the JSON file to (default: data/{BENCH_DIR.name}/)")
+    parser.add_argument("--note", default="", help="free text stored in settings.note (e.g. the machine's state)")
+    parser.add_argument("--readme", action="store_true", help="print the README results section and exit")
+    args = parser.parse_args(argv)
+    if args.readme:
+        print(results_markdown(load_records(args.out or BENCH_DIR)), end="")
+        return None
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(1, f"No CUDA device is available here (torch {torch.__version__}, built for CUDA "
+                       f"{torch.version.cuda}): nothing recorded. Record this machine with --device cpu.\n")
+    if args.quick and not args.out:
+        parser.error("--quick needs --out DIR: smoke-test results do not belong in data/benchmarks/")
+    command = " ".join([REPRODUCE, shlex.join(argv if argv is not None else sys.argv[1:])]).strip()
+    record = measure(args.device, quick=args.quick, note=args.note, command=command)
+    print(f"wrote {save_record(record, args.out or BENCH_DIR)}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
