@@ -1,15 +1,11 @@
-"""Find dtype leaks: the operations that pull a half-precision run back to float32 (or another dtype).
+"""Find dtype leaks: the operations that pull a half-precision run back to float32 (or elsewhere).
 
-A model converted with ``.half()`` (or ``.bfloat16()``) should compute in that dtype from input to output.
-Tensors created inside ``forward`` without ``dtype=`` (``torch.zeros``, ``torch.full``, ``torch.arange(...) * 0.5``)
-are float32 instead; they either crash the next matmul or silently promote everything after them to float32.
-:func:`find_dtype_leaks` runs the code once under :func:`helpers.dtype_trace.record_ops` and names the
-operations where that happens. It is meant for ``.half()``/``.bfloat16()`` models, not for autocast, where
-float32 islands are deliberate.
-
-Limitation: it sees only the operations that actually ran. A branch not taken (``if tokens.shape[1] > 512:``,
-``if self.training:``, a padding path for an input without padding) is invisible, so run it on inputs that
-exercise every path you deploy.
+A ``.half()``/``.bfloat16()`` model should compute in that dtype throughout, but tensors created in
+``forward`` without ``dtype=`` (``torch.zeros``, ``torch.full``, ``torch.arange(...) * 0.5``) are
+float32: they crash the next matmul or silently promote what follows. :func:`find_dtype_leaks` runs
+the code once under :func:`helpers.dtype_trace.record_ops` and names those operations (not meant
+for autocast, whose float32 islands are deliberate). It sees only the operations that ran: a branch
+not taken is invisible. Taught in notebook 02 §6.
 """
 from __future__ import annotations
 
@@ -20,16 +16,8 @@ import torch
 
 from .dtype_trace import OpRecord, record_ops
 
-KINDS = {
-    "creates": "creates a new tensor from no floating input of the run (a factory call without dtype=, "
-               "or a torch.tensor/as_tensor constant)",
-    "mixes": "mixes floating dtypes in its inputs (type promotion)",
-    "casts": "casts inputs of the run's dtype to another dtype",
-}
-
-
-# ATen ops that wrap a constant made by torch.tensor/torch.as_tensor: their "input" is that constant, not a tensor
-# of the run, so a floating result of another dtype is a creation.
+# ATen ops that wrap a torch.tensor/torch.as_tensor constant: their "input" is that constant, not a
+# tensor of the run, so a floating result of another dtype is a creation.
 CONSTANT_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})
 
 
@@ -39,16 +27,16 @@ def _name(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True)
 class Leak:
-    """One operation that leaves the run's dtype: its position in the run, its name and its dtypes."""
+    """One operation that leaves the run's dtype: its position in the run, name, kind and dtypes."""
 
     index: int
     op: str
-    kind: str  # one of KINDS
+    kind: str  # "creates", "mixes" or "casts" (see classify)
     input_dtypes: tuple[torch.dtype, ...]
-    output_dtype: torch.dtype | None  # None for an op with no floating output (e.g. a comparison)
+    output_dtype: torch.dtype | None  # None for an op with no floating output (a comparison)
 
     def describe(self) -> str:
-        """One line such as ``#4 add: mixes float16 + float32 -> float32`` or ``#2 zeros: creates float32``."""
+        """One line such as ``#4 add: mixes float16 + float32 -> float32``."""
         output = _name(self.output_dtype) if self.output_dtype is not None else "no floating output"
         if self.kind == "creates":
             origin = "a torch.tensor constant" if self.op in CONSTANT_OPS else "no floating input"
@@ -58,19 +46,10 @@ class Leak:
 
 
 def classify(record: OpRecord, dtype: torch.dtype) -> str | None:
-    """The kind of leak ``record`` is in a run meant to compute in ``dtype``, or None if it is not one.
-
-    The op's first floating output is its result (extra outputs, e.g. saved statistics, are ignored).
-
-    - "mixes": its floating inputs have more than one dtype (the output may or may not stay ``dtype``);
-    - "creates": it has no floating input (or wraps a ``torch.tensor`` constant, see ``CONSTANT_OPS``) and
-      returns a floating dtype other than ``dtype``;
-    - "casts": all its inputs are ``dtype`` and it returns another floating dtype (e.g. ``.float()``).
-
-    An op whose floating inputs all have the same other dtype is not a leak itself: it only carries one forward
-    (e.g. ``positions * frequencies`` with int64 positions and float32 frequencies: the leak is where the
-    float32 frequencies were created).
-    """
+    """The kind of leak ``record`` is in a run meant to compute in ``dtype``, or None: "mixes"
+    (floating inputs of several dtypes), "creates" (no floating input, or a ``torch.tensor``
+    constant, and a result of another floating dtype), "casts" (all inputs ``dtype``, the result,
+    its first floating output, not). An op whose inputs share another dtype only carries a leak."""
     inputs = set(record.input_dtypes)
     if len(inputs) > 1:
         return "mixes"
@@ -89,8 +68,8 @@ class LeakReport:
 
     dtype: torch.dtype
     leaks: list[Leak]
-    op_count: int  # operations recorded
-    off_dtype_ops: int  # operations whose result is a floating dtype other than ``dtype`` (leaks and what they spread to)
+    op_count: int       # operations recorded
+    off_dtype_ops: int  # operations whose result is another floating dtype (leaks and their spread)
     error: str | None = None  # "RuntimeError: ..." when the run stopped with an exception
     result: Any = field(default=None, repr=False)
 
@@ -99,41 +78,40 @@ class LeakReport:
         """True when the run finished and every operation computed in ``dtype``."""
         return not self.leaks and self.off_dtype_ops == 0 and self.error is None
 
-    def __str__(self) -> str:
-        return self.format()
-
     def format(self, error_message: bool = True) -> str:
-        """The report as text; ``error_message=False`` names only the exception type of an error, whose message
-        may differ between PyTorch versions."""
+        """The report as text; ``error_message=False`` names only an error's type (its message may
+        differ between PyTorch versions)."""
         leaks = f"{len(self.leaks)} leak{'' if len(self.leaks) == 1 else 's'}"
         lines = [f"{_name(self.dtype)} run: {self.op_count} ops, {leaks}, "
                  f"{self.off_dtype_ops} returned another floating dtype"]
         lines += ["  " + leak.describe() for leak in self.leaks]
         if self.error is not None:
-            lines.append(f"  stopped by {self.error if error_message else self.error.split(':')[0]}")
+            error = self.error if error_message else self.error.split(':')[0]
+            lines.append(f"  stopped by {error}")
         if self.clean:
             lines.append(f"  clean: every op computed in {_name(self.dtype)}")
         return "\n".join(lines)
+
+    __str__ = format
 
 
 def find_dtype_leaks(fn: Callable[[], Any], dtype: torch.dtype) -> LeakReport:
     """Run ``fn()`` once and report the operations that leave ``dtype`` (see :func:`classify`).
 
-    Only the code path that ran is seen: operations in branches not taken are not checked.
-
-    An exception raised by ``fn()`` (e.g. a dtype-mismatch ``RuntimeError``) does not propagate: the report
-    keeps the operations recorded up to it and the error's first line, since the leak that caused a crash
-    usually comes a few ops before it. Raises ``TypeError`` if ``dtype`` is not a floating-point dtype.
+    An exception from ``fn()`` does not propagate: the report keeps the operations up to it and the
+    error's first line (the leak behind a crash usually comes a few ops before it). Notebook 02 §6.
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float16, not {dtype!r}")
+        raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float16, not "
+                        f"{dtype!r}")
     caught: list[str] = []
 
     def guarded() -> Any:
         try:
             return fn()
         except Exception as error:  # noqa: BLE001 - reported, not hidden: see LeakReport.error
-            caught.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            first_line = str(error).splitlines()[0] if str(error) else ""
+            caught.append(f"{type(error).__name__}: {first_line}")
             return None
 
     result, records = record_ops(guarded)

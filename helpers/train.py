@@ -1,4 +1,5 @@
-"""One training loop and one evaluation loop, for fp32, autocast (bf16 or fp16) and GradScaler runs."""
+"""One training loop and one evaluation loop, for float32, autocast (bf16 or fp16) and GradScaler
+runs. Taught in notebook 03 (the recipe) and notebook 04 (the scaler); used by most notebooks."""
 from __future__ import annotations
 
 import time
@@ -18,31 +19,27 @@ class TrainLog:
 
     losses: list[float] = field(default_factory=list)
     scales: list[float] = field(default_factory=list)  # GradScaler.get_scale() after each update
-    skipped_steps: int = 0  # steps whose optimizer.step() the scaler skipped (inf/NaN gradients)
+    skipped_steps: int = 0    # steps whose optimizer.step() the scaler skipped (inf/NaN gradients)
     scheduler_steps: int = 0  # scheduler.step() calls: one per optimizer step that really ran
     seconds: float = 0.0
 
 
 def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> torch.amp.GradScaler:
-    """A ``torch.amp.GradScaler`` for fp16 autocast; raises for bf16 or fp32, where no scaler is needed."""
+    """A ``GradScaler`` for fp16 autocast; raises for bf16 or fp32 (none needed). Notebook 04 §7."""
     if amp_dtype != torch.float16:
-        raise ValueError(
-            f"No GradScaler is needed with {amp_dtype}: bfloat16 and float32 have float32's exponent range, "
-            "so small gradients do not underflow. Use a scaler with float16 autocast only."
-        )
+        raise ValueError(f"No GradScaler is needed with {amp_dtype}: bfloat16 and float32 have "
+                         "float32's exponent range, so small gradients do not underflow.")
     return torch.amp.GradScaler(device_type, **kwargs)
 
 
-def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer, *,
-             amp_dtype: torch.dtype | None = None,
+def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
+             optimizer: torch.optim.Optimizer, *, amp_dtype: torch.dtype | None = None,
              scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step of the course's recipe; returns (loss, logits).
-
-    Forward and cross-entropy loss run under ``torch.amp.autocast`` (when ``amp_dtype`` is given), backward
-    runs outside it; with a ``scaler`` the loss is scaled and the step goes through ``scaler.step``/``update``.
-    """
+    """One step of the course's recipe, returning (loss, logits): forward and cross-entropy under
+    autocast (``amp_dtype``), backward outside it, through ``scaler`` if given. Notebook 03."""
     optimizer.zero_grad(set_to_none=True)
-    with torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+    with torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32,
+                            enabled=amp_dtype is not None):
         logits = model(inputs)
         loss = F.cross_entropy(logits, labels)
     if scaler is None:
@@ -56,27 +53,18 @@ def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, optim
 
 
 def skipped_by_scaler(scale_before: float, scale_after: float) -> bool:
-    """Whether the ``GradScaler`` step between these two ``get_scale()`` readings skipped ``optimizer.step()``.
-
-    ``update()`` multiplies the scale by ``backoff_factor`` (< 1) exactly when ``step()`` found inf/NaN gradients
-    and skipped the optimizer; after a clean step it keeps the scale or multiplies it by ``growth_factor`` (> 1),
-    never both on one step. So a skip is a *lower* scale: exact while the scale is positive. (About 165 skips in
-    a row take a float32 scale of 2**16 down to 0, which then stays 0; the run is broken by then anyway.)
-    """
+    """Whether the ``GradScaler`` step between two ``get_scale()`` readings skipped the optimizer:
+    ``update()`` lowers the scale exactly then, never after a clean step. Notebook 04 §4."""
     return scale_after < scale_before
 
 
 def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
-          scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, max_steps: int | None = None) -> TrainLog:
-    """Train ``model`` on ``batches`` of (inputs, labels); returns a :class:`TrainLog`.
-
-    ``amp_dtype=None`` trains in plain fp32; otherwise forward and loss run under
-    ``torch.amp.autocast(device_type, dtype=amp_dtype)`` and backward runs outside it. ``scaler`` is a
-    ``torch.amp.GradScaler`` (fp16 only); ``scheduler`` is stepped after every optimizer step that ran, not
-    after one the scaler skipped (inf/NaN gradients), so the schedule follows the updates that happened. The
-    device is the one the model's parameters live on.
-    """
+          scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+          max_steps: int | None = None) -> TrainLog:
+    """Train ``model`` (on its parameters' device) on ``batches`` of (inputs, labels) with
+    :func:`amp_step`, strict float32 outside autocast (no TF32 on a GPU). ``scaler``: fp16 only.
+    ``scheduler`` steps after each optimizer step that ran, not after a skip. Notebook 03 §4."""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
@@ -85,34 +73,28 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
     log = TrainLog()
     model.train()
     start = time.perf_counter()
-    with strict_fp32():  # on a GPU, float32 layers stay float32 (no TF32), so baselines compare like with like
-        _train_epochs(model, batches, optimizer, device, log, epochs, amp_dtype, scaler, scheduler, max_steps)
+    with strict_fp32():
+        for _ in range(epochs):
+            for inputs, labels in batches:
+                if max_steps is not None and len(log.losses) >= max_steps:
+                    break
+                scale_before = scaler.get_scale() if scaler is not None else None
+                loss, _ = amp_step(model, inputs.to(device), labels.to(device), optimizer,
+                                   amp_dtype=amp_dtype, scaler=scaler)
+                stepped = True
+                if scaler is not None:
+                    log.scales.append(scaler.get_scale())
+                    stepped = not skipped_by_scaler(scale_before, log.scales[-1])
+                    log.skipped_steps += not stepped
+                if scheduler is not None and stepped:
+                    scheduler.step()
+                    log.scheduler_steps += 1
+                log.losses.append(loss.item())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     log.seconds = time.perf_counter() - start
     model.eval()
     return log
-
-
-def _train_epochs(model, batches, optimizer, device, log, epochs, amp_dtype, scaler, scheduler, max_steps) -> None:
-    step = 0
-    for _ in range(epochs):
-        for inputs, labels in batches:
-            if max_steps is not None and step >= max_steps:
-                break
-            scale_before = scaler.get_scale() if scaler is not None else None
-            loss, _ = amp_step(model, inputs.to(device), labels.to(device), optimizer, amp_dtype=amp_dtype,
-                               scaler=scaler)
-            stepped = True
-            if scaler is not None:
-                log.scales.append(scaler.get_scale())
-                stepped = not skipped_by_scaler(scale_before, log.scales[-1])
-                log.skipped_steps += not stepped
-            if scheduler is not None and stepped:
-                scheduler.step()
-                log.scheduler_steps += 1
-            log.losses.append(loss.item())
-            step += 1
 
 
 @dataclass
@@ -126,12 +108,10 @@ class EvalResult:
 
 @torch.inference_mode()
 def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch_size: int = 500,
-             input_dtype: torch.dtype | None = None, amp_dtype: torch.dtype | None = None) -> EvalResult:
-    """Evaluate ``model`` on a ``TensorDataset`` of (inputs, labels) in eval mode under inference_mode.
-
-    ``input_dtype`` casts the inputs (use it with a ``.half()``/``.bfloat16()`` model); ``amp_dtype`` runs
-    the forward pass under autocast instead. Logits are returned as float32 for comparison.
-    """
+             input_dtype: torch.dtype | None = None,
+             amp_dtype: torch.dtype | None = None) -> EvalResult:
+    """Evaluate ``model`` on a ``TensorDataset`` in eval mode, under inference_mode, the inputs cast
+    to ``input_dtype`` (half model) or autocast (``amp_dtype``); float32 logits. Notebook 01."""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
@@ -147,4 +127,5 @@ def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch
             chunks.append(model(x).float().cpu())
     logits = torch.cat(chunks)
     predictions = logits.argmax(dim=1)
-    return EvalResult(accuracy=(predictions == labels).float().mean().item(), logits=logits, predictions=predictions)
+    accuracy = (predictions == labels).float().mean().item()
+    return EvalResult(accuracy=accuracy, logits=logits, predictions=predictions)

@@ -1,9 +1,37 @@
-"""Solutions to notebook 04's exercises, computed with PyTorch (the fix-the-code ones by the repaired code)."""
+"""Solutions to notebook 04's exercises, computed with PyTorch (fix-the-code: the repaired code)."""
 import torch
 from torch import nn
 
-from .. import scaler_lab
-from ..scaling import injected_inf_steps
+from .. import nb04 as lab
+
+
+def injected_inf_steps(steps: list[bool], *, init_scale: float = 2.0**16,
+                       growth_interval: int = 2000) -> list[float]:
+    """The scale of a real ``GradScaler("cpu")`` after each ``update()``, for a sequence of steps
+    (True: an inf gradient, injected into a single float32 weight)."""
+    weight = nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([weight], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    scales = []
+    for bad in steps:
+        optimizer.zero_grad()
+        scaler.scale(weight.sum()).backward()
+        if bad:
+            weight.grad.fill_(float("inf"))
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
+def unscale_then_clip(model: nn.Module, optimizer: torch.optim.Optimizer,
+                      scaler: torch.amp.GradScaler, loss: torch.Tensor, max_norm: float) -> None:
+    """04.4 repaired: scale and backward, ``unscale_``, clip the true gradients, step, update."""
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
 
 
 def _scale_after_sequence() -> float:
@@ -39,25 +67,26 @@ def _steps_applied_with_accumulation() -> int:
 
 
 def _clipped_update_norm() -> float:
-    return scaler_lab.update_norm(scaler_lab.unscale_then_clip, scaler_lab.CLIP_NORM)
+    return lab.update_norm(unscale_then_clip, lab.CLIP_NORM)
 
 
 def _resumed_scale() -> float:
     def save(model, optimizer, scaler):
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict()}
 
     def load(checkpoint, model, optimizer, scaler):
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scaler.load_state_dict(checkpoint["scaler"])
 
-    return scaler_lab.resumed_scale(save, load)
+    return lab.resumed_scale(save, load)
 
 
 def _fp16_training_ratio() -> float:
-    net = scaler_lab.faint_net("cpu")  # float32 parameters: autocast computes in float16, GradScaler unscales
-    optimizer = torch.optim.Adam(net.parameters(), lr=scaler_lab.FAINT_LR)
-    return scaler_lab.fp16_training_ratio(net, optimizer, torch.amp.GradScaler("cpu"))
+    net = lab.faint_net("cpu")  # float32 parameters: autocast computes in float16
+    optimizer = torch.optim.Adam(net.parameters(), lr=lab.FAINT_LR)
+    return lab.fp16_training_ratio(net, optimizer, torch.amp.GradScaler("cpu"))
 
 
 SOLUTIONS = {
@@ -67,14 +96,15 @@ SOLUTIONS = {
     "04.2": _smallest_scale_keeping_1e9,
     # 04.3: optimizer steps applied over 12 micro-batches, accumulation 4, inf in micro-batch 6
     "04.3": _steps_applied_with_accumulation,
-    # 04.4 (fix the code): norm of the clipped SGD update, unscale_ before clip_grad_norm_ (= max_norm)
+    # 04.4 (fix the code): norm of the clipped SGD update, unscale_ before clipping (= max_norm)
     "04.4": _clipped_update_norm,
-    # 04.5 (fix the code): the scale a run resumes with when the checkpoint holds scaler.state_dict()
+    # 04.5 (fix the code): the scale a run resumes with from a checkpoint with scaler.state_dict()
     "04.5": _resumed_scale,
-    # 04.6 (fix the code): last / first loss of float16-autocast training with float32 parameters and a scaler
+    # 04.6 (fix the code): last / first loss of float16 autocast, float32 parameters and a scaler
     "04.6": _fp16_training_ratio,
 }
 
-# 04.4: the clipped update is max_norm up to float32 rounding on any device; 04.6: a GPU's float16 kernels
-# change the ratio by far less than 5 %, while a run without a working scaler ends at 2.7x the ratio (or NaN).
+# 04.4: the clipped update is max_norm up to float32 rounding on any device; 04.6: a GPU's float16
+# kernels change the ratio by far less than 5 %, while a run without a working scaler ends at 2.7x
+# the ratio (or NaN).
 TOLERANCES = {"04.4": 1e-3, "04.6": 0.05}

@@ -1,0 +1,276 @@
+"""Notebook 04's scaffolding (GradScaler): real gradients against float16's range, the faint task.
+
+The *faint task*: a tiny ``Linear -> ReLU -> Linear`` network learns a faint copy of its input (the
+input times :data:`FAINT_FACTOR`, the loss a mean over 4096 outputs), so its gradients lie below
+float16's smallest subnormal unless the loss is scaled. float16: autocast, float32 parameters.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .device import strict_fp32
+from .state import optimizer_snapshot, same_state, snapshot
+
+FAINT_FACTOR = 4e-5  # the target is FAINT_FACTOR * input
+FAINT_LR = 3e-6      # Adam's learning rate, matched to the size of the faint target
+CLIP_NORM = 1e-4     # max_norm of the clipping experiments (well below the true gradient norm)
+GRADIENT_MODULES = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU, nn.MaxPool2d, nn.Linear)
+Device = str | torch.device
+
+
+def capture_gradients(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *,
+                      amp_dtype: torch.dtype | None = None, loss_scale: float = 1.0
+                      ) -> dict[str, torch.Tensor]:
+    """Backward of the cross-entropy (autocast in ``amp_dtype``, else strict float32) times
+    ``loss_scale``: gradients of each :data:`GRADIENT_MODULES` output ("activation", zeros kept) and
+    every ``.grad`` ("parameter"), flat float32 on the CPU."""
+    caught: list[torch.Tensor] = []
+
+    def keep_output_grad(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        output.register_hook(lambda grad: caught.append(grad.detach().flatten().float().cpu()))
+
+    hooks = [m.register_forward_hook(keep_output_grad)
+             for m in model.modules() if isinstance(m, GRADIENT_MODULES)]
+    try:
+        model.zero_grad(set_to_none=True)
+        with strict_fp32(), torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32,
+                                               enabled=amp_dtype is not None):
+            loss = F.cross_entropy(model(inputs), labels)
+        (loss * loss_scale).backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    grads = [p.grad.detach().flatten().float().cpu() for p in model.parameters()
+             if p.grad is not None]
+    return {"activation": torch.cat(caught), "parameter": torch.cat(grads)}
+
+
+class Fractions(NamedTuple):
+    """Shares of non-zero values, stored (times a loss scale) in a 16-bit dtype, that round to 0,
+    land below the smallest normal number (subnormal or 0: bits lost), or overflow to inf."""
+
+    zero: float
+    below_normal: float
+    inf: float
+
+
+def fractions(values: torch.Tensor, dtype: torch.dtype = torch.float16, scale: float = 1.0
+              ) -> Fractions:
+    """:class:`Fractions` of the non-zero ``values`` when ``values * scale`` (exact, in float64) is
+    stored as ``dtype``: only the dtype's range decides, not a kernel."""
+    if not dtype.is_floating_point:
+        raise TypeError(f"{dtype} is not a floating-point dtype")
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, not {scale}")
+    exact = values.detach().flatten().double()
+    exact = exact[exact != 0]
+    if exact.numel() == 0:
+        raise ValueError("values has no non-zero entry: nothing to measure")
+    stored = (exact * scale).to(dtype).abs()
+    return Fractions(*((mask.double().mean().item()) for mask in
+                       (stored == 0, stored < torch.finfo(dtype).smallest_normal, stored.isinf())))
+
+
+def underflow_table(grads: dict[str, torch.Tensor], scales: tuple[float, ...] = (1.0, 2.0**16),
+                    dtype: torch.dtype = torch.float16) -> str:
+    """:func:`fractions` of each kind of gradient at each loss scale, as aligned text."""
+    width = max(len(name) for name in grads)
+    lines = [f"{'gradients':<{width}} {'scale':>5} {'zero':>9} {'below normal':>13} {'inf':>8}"]
+    for name, values in grads.items():
+        for scale in scales:
+            zero, below, inf = fractions(values, dtype, scale)
+            exponent = f"2^{round(torch.tensor(scale).log2().item())}"
+            lines.append(f"{name:<{width}} {exponent:>5} {zero:>9.4%} {below:>13.4%} {inf:>8.4%}")
+    return "\n".join(lines)
+
+
+def plot_gradient_magnitudes(grads: dict[str, torch.Tensor], dtype: torch.dtype = torch.float16,
+                             loss_scale: float = 2.0**16) -> None:
+    """Histograms of log2 |gradient| per kind (zeros left out) against ``dtype``'s range, and where
+    the zero band ends once the loss is multiplied by ``loss_scale``."""
+    import matplotlib.pyplot as plt
+
+    info, name = torch.finfo(dtype), str(dtype).removeprefix("torch.")
+    log2 = lambda value: torch.tensor(value).log2().item()  # noqa: E731
+    to_zero = log2(info.smallest_normal * info.eps / 2)  # half the smallest subnormal
+    _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
+    edges = torch.linspace(-50, 10, 121)
+    for kind, values in grads.items():
+        magnitudes = values[values != 0].abs().float().log2().clamp(-50, 10)
+        counts = torch.histc(magnitudes, bins=120, min=-50, max=10)
+        ax.stairs((counts / counts.sum() / (edges[1] - edges[0])).numpy(), edges.numpy(), fill=True,
+                  alpha=0.5, label=f"{kind} gradients")
+    ax.axvspan(-50, to_zero, color="red", alpha=0.12, label=f"{name}: rounds to 0")
+    ax.axvspan(to_zero, log2(info.smallest_normal), color="orange", alpha=0.12,
+               label=f"{name}: subnormal (few bits)")
+    ax.axvline(log2(info.max), color="red", lw=1, label=f"{name}: overflow ({info.max:g})")
+    ax.axvline(to_zero - log2(loss_scale), color="black", ls=":", lw=1,
+               label=f"zero limit with loss scale 2^{log2(loss_scale):.0f}")
+    ax.set(xlabel="log2 |gradient|", ylabel="density", title=f"Real gradients vs {name}")
+    ax.legend(fontsize=8, loc="upper right")
+    plt.show()
+
+
+def faint_data(device: Device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """64 x 64 seeded standard normal inputs, and the target ``FAINT_FACTOR * inputs``."""
+    inputs = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)).to(device)
+    return inputs, FAINT_FACTOR * inputs
+
+
+def faint_net(device: Device = "cpu") -> nn.Sequential:
+    """The faint task's network in float32, seeded; its last layer starts at zero (as output layers
+    often do), so its output starts at exactly 0."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+    nn.init.zeros_(net[2].weight)
+    nn.init.zeros_(net[2].bias)
+    return net.to(device)
+
+
+def faint_loss(net: nn.Module, amp_dtype: torch.dtype | None = torch.float16
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean squared error and output of ``net`` (autocast in ``amp_dtype``; None: float32)."""
+    device = next(net.parameters()).device
+    inputs, target = faint_data(device)
+    with torch.amp.autocast(device.type, dtype=amp_dtype or torch.float32,
+                            enabled=amp_dtype is not None):
+        output = net(inputs)
+        return F.mse_loss(output, target), output
+
+
+def faint_step(net: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               amp_dtype: torch.dtype | None = torch.float16, inject: float | None = None
+               ) -> tuple[float, float]:
+    """One recipe step on the faint task, ``inject`` (inf or NaN) written into one gradient element
+    if given. Returns the loss and the share of the output's gradients that are exactly 0."""
+    optimizer.zero_grad(set_to_none=True)
+    loss, output = faint_loss(net, amp_dtype)
+    output.retain_grad()
+    scaler.scale(loss).backward()
+    if inject is not None:
+        net[0].weight.grad[0, 0] = inject
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item(), (output.grad == 0).float().mean().item()
+
+
+@dataclass
+class FaintRun:
+    """Per step of a faint-task run: the loss, and the share of output gradients that are 0."""
+
+    losses: list[float]
+    zero_output_grads: list[float]
+
+    @property
+    def final_ratio(self) -> float:
+        return self.losses[-1] / self.losses[0]
+
+
+def train_faint(amp_dtype: torch.dtype | None, use_scaler: bool, steps: int = 30,
+                device: Device = "cpu") -> FaintRun:
+    """``steps`` Adam steps on a fresh :func:`faint_net`: float32 (``amp_dtype=None``) or autocast,
+    with a ``GradScaler`` or without one (``enabled=False`` passes everything through)."""
+    net = faint_net(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=FAINT_LR)
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=use_scaler)
+    with strict_fp32():
+        losses, zeros = zip(*(faint_step(net, optimizer, scaler, amp_dtype) for _ in range(steps)))
+    return FaintRun(list(losses), list(zeros))
+
+
+def plot_lines(lines: dict[str, list[float]], ylabel: str, title: str, base: float = 10) -> None:
+    """One line per entry against the step, log scale with ``base`` (2: drawn as a staircase)."""
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
+    for name, values in lines.items():
+        ax.plot(values, label=name, ls="--" if "GradScaler" in name else "-",
+                drawstyle="steps-post" if base == 2 else "default")
+    ax.set(xlabel="step", ylabel=ylabel, title=title)
+    ax.set_yscale("log", base=base)
+    ax.legend()
+    plt.show()
+
+
+def fp16_training_ratio(net: nn.Module, optimizer: torch.optim.Optimizer,
+                        scaler: torch.amp.GradScaler, steps: int = 30) -> float:
+    """Last loss / first loss of ``steps`` float16 recipe steps on the faint task."""
+    losses = [faint_step(net, optimizer, scaler)[0] for _ in range(steps)]
+    return losses[-1] / losses[0]
+
+
+def clipping_net(device: Device = "cpu") -> nn.Sequential:
+    """The clipping experiments' network: :func:`faint_net` with a non-zero last layer (0.01), so
+    that every layer has a gradient."""
+    net = faint_net(device)
+    with torch.no_grad():
+        net[2].weight.fill_(0.01)
+    return net
+
+
+def update_norm(step_fn: Callable[..., None], max_norm: float = CLIP_NORM,
+                device: Device = "cpu") -> float:
+    """The norm of the SGD update (learning rate 1) that ``step_fn(model, optimizer, scaler, loss,
+    max_norm)`` makes from a float16-autocast loss, scaler at 2^16. Clipped right: ``max_norm``."""
+    net = clipping_net(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
+    scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**16)
+    before = [p.detach().clone() for p in net.parameters()]
+    step_fn(net, optimizer, scaler, faint_loss(net)[0], max_norm)
+    changes = [(b - p.detach()).flatten() for b, p in zip(before, net.parameters())]
+    return torch.cat(changes).norm().item()
+
+
+class TrainingState(NamedTuple):
+    """Everything a float16 training run carries from step to step."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+
+
+def fresh_state(device: Device = "cpu", growth_interval: int = 3) -> TrainingState:
+    """A new faint-task run: network, Adam, ``StepLR``, a scaler with a short growth interval."""
+    net = faint_net(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=FAINT_LR)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
+    scaler = torch.amp.GradScaler(torch.device(device).type, growth_interval=growth_interval)
+    return TrainingState(net, optimizer, scheduler, scaler)
+
+
+def train_steps(state: TrainingState, steps: int) -> None:
+    """``steps`` float16 recipe steps; the scheduler steps only when the scale did not go down."""
+    for _ in range(steps):
+        scale_before = state.scaler.get_scale()
+        faint_step(state.model, state.optimizer, state.scaler)
+        if state.scaler.get_scale() >= scale_before:
+            state.scheduler.step()
+
+
+def same_run(a: TrainingState, b: TrainingState) -> bool:
+    """Bit-for-bit the same weights and optimizer state (Adam's step count and moments)."""
+    return (same_state(snapshot(a.model), snapshot(b.model))
+            and same_state(optimizer_snapshot(a.optimizer), optimizer_snapshot(b.optimizer)))
+
+
+def resumed_scale(save: Callable[..., dict], load: Callable[..., None], steps: int = 7,
+                  device: Device = "cpu") -> float:
+    """The scale of a run resumed after ``steps`` steps: ``save(model, optimizer, scaler)`` makes
+    the checkpoint (through ``torch.save``/``torch.load(weights_only=True)``), ``load(checkpoint,
+    model, optimizer, scaler)`` fills fresh objects."""
+    run = fresh_state(device)
+    train_steps(run, steps)
+    buffer = io.BytesIO()
+    torch.save(save(run.model, run.optimizer, run.scaler), buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer, weights_only=True)
+    resumed = fresh_state(device)
+    load(checkpoint, resumed.model, resumed.optimizer, resumed.scaler)
+    return resumed.scaler.get_scale()
