@@ -351,7 +351,8 @@ def test_main_quick_records_a_valid_file(tiny_bench, tmp_path, capsys):
     assert "tf32" in saved["settings"]["absent"] and isinstance(saved["settings"]["cpu_16bit_flags"], list)
     assert all(e["peak_memory_bytes"] > 0 for e in saved["inference"] + saved["train_step"])
     assert bench.load_records(tmp_path, device="cpu") == [saved] and bench.load_records(tmp_path, "cuda") == []
-    assert "wrote" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wrote" in out and "inference, images/s by batch size" in out  # the summary after the run
 
 
 def test_main_quick_needs_out_and_saves_nothing_without_it(tiny_bench, monkeypatch, tmp_path):
