@@ -1,10 +1,6 @@
-"""Datasheet peak throughput of common NVIDIA GPUs (``data/gpu_peaks.json``), and measured figures as a fraction
-of it.
-
-Figures are dense (no structured sparsity) TFLOP/s from NVIDIA's datasheets and whitepapers; each GPU names its
-source document. ``None`` means the format has no tensor-core support on that GPU (TF32/bf16 before Ampere, fp8
-before Ada/Hopper).
-"""
+"""Datasheet peaks of NVIDIA GPUs (``data/gpu_peaks.json``: dense TFLOP/s from NVIDIA's documents,
+each GPU with its source; ``None``: no tensor cores for that format), and a measured figure as a
+fraction of its peak: the one place for both. Taught in notebook 01 §4, used in 06 §8."""
 from __future__ import annotations
 
 import functools
@@ -15,22 +11,24 @@ from pathlib import Path
 
 PEAKS_FILE = Path(__file__).resolve().parent.parent / "data" / "gpu_peaks.json"
 FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8")
-_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "tensorfloat32": "tf32"}
+_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "tensorfloat32": "tf32"}
 
 #: What a well-shaped large GEMM reaches of the dense 16-bit peak on a datacenter GPU: about 0.8.
 GOOD_GEMM_FRACTION = 0.8
 #: The measurement behind :data:`GOOD_GEMM_FRACTION`.
 GOOD_GEMM_SOURCE = (
-    "S. Bekman, Machine Learning Engineering Open Book, 'Maximum Achievable Matmul FLOPS comparison table' "
-    "(https://github.com/stas00/ml-engineering/tree/master/compute/accelerator), bf16 torch.matmul, best shape of "
-    "a search, mean of 100 runs: H100 SXM 794.5 of 989 TFLOP/s (80.3 %), GH200 828.6 of 989 (83.8 %), "
-    "A100 SXM 271.2 of 312 (86.9 %). A plain square GEMM of one size usually lands a few percent lower."
+    "S. Bekman, Machine Learning Engineering Open Book, 'Maximum Achievable Matmul FLOPS "
+    "comparison table' (https://github.com/stas00/ml-engineering/tree/master/compute/accelerator), "
+    "bf16 torch.matmul, best shape of a search, mean of 100 runs: H100 SXM 794.5 of 989 TFLOP/s "
+    "(80.3 %), GH200 828.6 of 989 (83.8 %), A100 SXM 271.2 of 312 (86.9 %). A plain square GEMM of "
+    "one size usually lands a few percent lower."
 )
 
 
 @dataclass(frozen=True)
 class GpuPeak:
-    """One GPU's datasheet figures (dense TFLOP/s per format; ``None`` where the format has no tensor cores)."""
+    """One GPU's datasheet figures (dense TFLOP/s per format; ``None``: no tensor cores for it)."""
 
     name: str
     architecture: str
@@ -43,18 +41,11 @@ class GpuPeak:
     note: str = ""
 
 
-def _format_key(dtype: str) -> str:
-    key = str(dtype).removeprefix("torch.").lower()
-    key = _ALIASES.get(key, key)
-    if key not in FORMATS:
-        raise ValueError(f"Unknown format {dtype!r}: use one of {', '.join(FORMATS)} (or float32/float16/bfloat16).")
-    return key
-
-
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> tuple[GpuPeak, ...]:
     gpus = json.loads(Path(path).read_text())["gpus"]
-    return tuple(GpuPeak(**{**gpu, "tflops": dict(gpu["tflops"]), "match": tuple(gpu["match"])}) for gpu in gpus)
+    return tuple(GpuPeak(**{**g, "tflops": dict(g["tflops"]), "match": tuple(g["match"])})
+                 for g in gpus)
 
 
 def load_peaks(path: str | Path = PEAKS_FILE) -> dict[str, GpuPeak]:
@@ -63,20 +54,26 @@ def load_peaks(path: str | Path = PEAKS_FILE) -> dict[str, GpuPeak]:
 
 
 def peak_for(device_name: str, path: str | Path = PEAKS_FILE) -> GpuPeak | None:
-    """The entry for a ``torch.cuda.get_device_name()`` string (e.g. "NVIDIA H100 80GB HBM3"), or None if unknown."""
-    for gpu in _load(str(path)):
-        if any(re.search(pattern, device_name) for pattern in gpu.match):
-            return gpu
-    return None
-
-
-def fraction_of_peak(tflops: float, device_name: str, dtype: str) -> float | None:
-    """Measured ``tflops`` as a fraction of the datasheet's dense peak for ``dtype`` on ``device_name``.
-
-    ``dtype``: fp32, tf32, fp16, bf16, fp8 (or float32/float16/bfloat16). None for an unknown GPU or a format
-    without tensor-core support there.
+    """The entry for a ``torch.cuda.get_device_name()`` string ("NVIDIA H100 80GB HBM3"), or None.
     """
-    key = _format_key(dtype)
+    matching = (g for g in _load(str(path)) if any(re.search(p, device_name) for p in g.match))
+    return next(matching, None)
+
+
+def peak_tflops(device_name: str, dtype: str) -> float | None:
+    """The dense datasheet peak of ``dtype`` (fp32, tf32, fp16, bf16, fp8, float32, bfloat16,
+    torch.float16...) on ``device_name``; None for an unknown GPU or a format without tensor cores
+    there."""
+    key = str(dtype).removeprefix("torch.").lower()
+    key = _ALIASES.get(key, key)
+    if key not in FORMATS:
+        raise ValueError(f"Unknown format {dtype!r}: use one of {', '.join(FORMATS)} "
+                         "(or float32/float16/bfloat16).")
     gpu = peak_for(device_name)
-    peak = gpu.tflops.get(key) if gpu else None
-    return None if peak is None else tflops / peak
+    return gpu.tflops.get(key) if gpu else None
+
+
+def fraction_of_peak(tflops: float | None, device_name: str, dtype: str) -> float | None:
+    """Measured ``tflops`` as a fraction of :func:`peak_tflops` (None where either is unknown)."""
+    peak = peak_tflops(device_name, dtype)
+    return None if peak is None or tflops is None else tflops / peak

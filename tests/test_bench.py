@@ -1,4 +1,5 @@
-"""The benchmark recorder (helpers.bench), on tiny sizes and a tiny model, plus the recorded files and README."""
+"""The benchmark measurements and readers (helpers.bench) and the recorder (tools.bench), on tiny sizes and a
+tiny model, plus the recorded files and README."""
 from __future__ import annotations
 
 import copy
@@ -15,7 +16,6 @@ from torch import nn
 import helpers
 from helpers import bench
 from tools import bench as recorder
-from helpers.exercises import check, solution
 
 matplotlib.use("Agg")
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -136,16 +136,39 @@ def test_tf32_flags_set_both_and_restore_even_after_an_error():
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == saved
 
 
-def test_autocast_context_and_parameter_dtype():
-    with bench.autocast_context("autocast_bfloat16", "cpu"):
-        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-    with bench.autocast_context("float16", "cpu"):
-        assert not torch.is_autocast_enabled("cpu")
-    assert bench.parameter_dtype("float16") == torch.float16
-    assert bench.parameter_dtype("bfloat16") == torch.bfloat16
-    assert bench.parameter_dtype("autocast_float16") == bench.parameter_dtype("tf32") == torch.float32
+def test_mode_dtypes_is_the_one_map_of_modes_to_dtypes():
+    assert bench.mode_dtypes("float16") == (torch.float16, None)
+    assert bench.mode_dtypes("bfloat16") == (torch.bfloat16, None)
+    assert bench.mode_dtypes("autocast_float16") == (torch.float32, torch.float16)
+    assert bench.mode_dtypes("tf32") == bench.mode_dtypes("float32") == (torch.float32, None)
+    assert bench.INFERENCE_MODES == tuple(bench.MODES) and set(bench.GEMM_DTYPES) < set(bench.MODES)
     with pytest.raises(ValueError, match="Unknown mode"):
-        bench.autocast_context("int8", "cpu")
+        bench.mode_dtypes("int8")
+
+
+@pytest.mark.parametrize("mode", ["float32", "tf32", "autocast_bfloat16", "bfloat16"])
+def test_forward_fn_opens_inference_mode_autocast_and_tf32_as_its_mode_says(mode):
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append((torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"),
+                         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+            return x * 2
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    out = bench.forward_fn(Probe(), torch.ones(2), mode)()
+    assert seen == [(True, mode.startswith("autocast"), mode == "tf32", mode == "tf32")]
+    assert out.is_inference() and (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == saved
+    if mode.startswith("autocast"):
+        linear = nn.Linear(2, 2)
+        assert bench.forward_fn(linear, torch.ones(1, 2), mode)().dtype == torch.bfloat16
+
+
+def test_speedups_against_each_float32_baseline():
+    assert bench.speedups({"float32": 10.0, "tf32": 20.0, "bfloat16": 40.0}) == {
+        "bfloat16": {"float32": 4.0, "tf32": 2.0}}
+    assert bench.speedups({"float32": 4.0, "float16": 2.0}, lower_is_faster=True) == {"float16": {"float32": 2.0}}
 
 
 def test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first(monkeypatch):
@@ -231,13 +254,10 @@ def test_peak_tensor_bytes_halves_in_bfloat16():
     assert fp32 > 0 and fp32 == 2 * bf16
 
 
-def test_call_memory_on_cuda_subtracts_what_was_allocated_before(monkeypatch):
-    """Peak minus baseline: memory other models hold before the call is not the call's (allocator mocked)."""
-    from helpers.measure import CudaMemory
-
-    monkeypatch.setattr(bench, "cuda_memory", lambda fn, device: (fn(), CudaMemory(1000, 2048, 1600, 4096))[1])
-    assert bench.call_memory(lambda: None, "cuda") == (600, 2048)
-    assert bench.call_memory(lambda: torch.empty(10), "cpu") == (40, None)  # the tensors the call creates
+def test_measure_on_cpu_counts_the_tensors_one_call_creates():
+    seconds, memory = bench._measure(lambda: torch.empty(10), torch.device("cpu"), "test", "float32", 0.01)
+    assert seconds > 0 and memory == (40, None)  # 10 float32 elements; no reserved memory on a CPU
+    assert bench._measure(lambda: None, torch.device("cpu"), "test", "float32", 0.01, with_memory=False)[1] is None
 
 
 # ---------------------------------------------------------------------------------------- measurements
@@ -331,7 +351,8 @@ def test_main_quick_records_a_valid_file(tiny_bench, tmp_path, capsys):
     assert "tf32" in saved["settings"]["absent"] and isinstance(saved["settings"]["cpu_16bit_flags"], list)
     assert all(e["peak_memory_bytes"] > 0 for e in saved["inference"] + saved["train_step"])
     assert bench.load_records(tmp_path, device="cpu") == [saved] and bench.load_records(tmp_path, "cuda") == []
-    assert "wrote" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wrote" in out and "inference, images/s by batch size" in out  # the summary after the run
 
 
 def test_main_quick_needs_out_and_saves_nothing_without_it(tiny_bench, monkeypatch, tmp_path):
@@ -380,6 +401,23 @@ def test_results_markdown_reports_gemms_as_a_fraction_of_the_datasheet_peak():
     assert "| bfloat16 | 8192 | 742 | 989.5 | 0.75 |" in text
 
 
+def test_results_markdown_names_both_float32_baselines_where_tf32_was_measured():
+    def entries(key, values):
+        return [{"model": "resnet50", key: m, "batch": 32, "images_per_s": v, "step_ms": v, "latency_ms": 1.0,
+                 "peak_memory_bytes": 1} for m, v in values]
+
+    gpu = record_with(machine={"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "threads": 16,
+                               "gpu_capability": "9.0"},
+                      inference=entries("dtype", (("float32", 100.0), ("tf32", 250.0), ("autocast_bfloat16", 500.0))),
+                      train_step=entries("mode", (("float32", 300.0), ("tf32", 150.0), ("autocast_bfloat16", 100.0))))
+    text = bench.results_markdown([gpu])
+    assert ("Inference at batch 32, speed-up over each float32 baseline: autocast_bfloat16 5.00x strict fp32, "
+            "2.00x TF32.") in text
+    assert ("Training step, speed-up over each float32 baseline: autocast_bfloat16 3.00x strict fp32, "
+            "1.50x TF32.") in text
+    assert "speed-up" not in bench.results_markdown([record_with()])  # a CPU: strict fp32 is its only float32
+
+
 def test_plot_inference_draws_what_is_recorded():
     records = [record_with(inference=[{"dtype": m, "batch": b, "images_per_s": float(b), "latency_ms": 1.0}
                                       for m in ("float32", "bfloat16") for b in (1, 8)])]
@@ -410,54 +448,3 @@ def test_readme_results_section_matches_the_recorded_files():
     assert match, "README.md needs a '## Results' section before the next '## ' heading"
     assert match.group(0).rstrip("\n") == bench.results_markdown(bench.load_records()).rstrip("\n"), (
         f"regenerate it: {bench.REPRODUCE} --readme")
-
-
-# --------------------------------------------------------------------------------- notebook 06 exercises
-
-def test_solution_06_1_half_resnet50_bytes():
-    from torchvision import models
-
-    model = models.resnet50(weights=None)
-    floats = sum(t.numel() for t in list(model.parameters()) + list(model.buffers()) if t.is_floating_point())
-    counters = sum(t.numel() for t in model.buffers() if not t.is_floating_point())
-    assert solution("06.1") == 2 * floats + 8 * counters
-    assert check("06.1", 4 * floats + 8 * counters) is False
-
-
-def test_solution_06_2_reads_the_best_speeds_of_the_first_cpu_record(monkeypatch):
-    from helpers.solutions import nb06
-
-    inference = [{"dtype": mode, "batch": batch, "images_per_s": speed} for mode, batch, speed in
-                 (("float32", 1, 15.0), ("float32", 8, 20.0), ("bfloat16", 1, 30.0), ("bfloat16", 8, 45.0),
-                  ("float16", 1, 99.0))]
-    monkeypatch.setattr(nb06, "load_records", lambda device=None: [record_with(inference=inference), record_with()])
-    assert solution("06.2") == pytest.approx(45.0 / 20.0)
-    assert check("06.2", 2.25) is True and check("06.2", 30.0 / 15.0) is False  # batch 1 is not the best
-
-
-def test_solution_06_2_on_the_recorded_file():
-    inference = bench.load_records(device="cpu")[0]["inference"]
-    speeds = sorted((e["images_per_s"], e["dtype"]) for e in inference if e["dtype"] in ("float32", "bfloat16"))
-    best_bf16 = next(v for v, mode in reversed(speeds) if mode == "bfloat16")
-    best_fp32 = next(v for v, mode in reversed(speeds) if mode == "float32")
-    assert solution("06.2") == pytest.approx(best_bf16 / best_fp32)
-
-
-def test_solution_06_3_fp16_headroom_on_the_photo():
-    from torchvision import models
-
-    from helpers.solutions.nb06 import photo_batch
-
-    torch.manual_seed(0)
-    model = models.resnet50(weights=None).eval()
-    largest = []
-    hook = nn.modules.module.register_module_forward_hook(  # every module's call, a different mechanism
-        lambda module, inputs, output: largest.append(output.abs().max().item()))
-    try:
-        with torch.inference_mode():
-            logits = model(photo_batch())
-    finally:
-        hook.remove()
-    assert solution("06.3") == pytest.approx(65504 / max(largest), rel=1e-4)
-    assert 1 < solution("06.3") < 65504 / logits.abs().max().item()  # some layer's output beats the logits
-    assert check("06.3", 65504 / logits.abs().max().item()) is False

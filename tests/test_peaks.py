@@ -78,6 +78,17 @@ def test_fraction_of_peak():
         peaks.fraction_of_peak(1.0, "Tesla T4", "int8")
 
 
+def test_peak_tflops_reads_every_name_of_a_format():
+    h100 = PEAKS["H100 SXM"].tflops
+    name = "NVIDIA H100 80GB HBM3"
+    for alias, key in (("float32", "fp32"), ("torch.bfloat16", "bf16"), ("half", "fp16"), ("tf32", "tf32")):
+        assert peaks.peak_tflops(name, alias) == h100[key], alias
+    assert peaks.peak_tflops("Tesla T4", "bfloat16") is None and peaks.peak_tflops("cpu", "fp32") is None
+    assert peaks.fraction_of_peak(None, name, "bf16") is None  # a dtype absent on the device: no figure
+    with pytest.raises(ValueError, match="Unknown format"):
+        peaks.peak_tflops(name, "int8")
+
+
 def test_good_gemm_fraction_is_cited_and_plausible():
     assert 0.7 <= peaks.GOOD_GEMM_FRACTION <= 0.9
     # The cited H100 measurement, as a fraction of the file's own H100 peak, is about the stated fraction.

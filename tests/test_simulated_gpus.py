@@ -223,14 +223,15 @@ def test_machine_info_and_datasheet_peaks(fake_cuda, gpu):
     for dtype in ("tf32", "bfloat16") if not gpu.native_bf16 else ():  # absent: no peak, no fraction, no run
         absent = bench.gemm(dtype, 64, "cuda")
         assert absent["tflops"] is None and absent["peak_tflops"] is None and absent["fraction_of_peak"] is None
-    fp16 = bench._of_peak(0.8 * entry.tflops["fp16"], "float16", torch.device("cuda"))
-    assert fp16 == {"peak_tflops": entry.tflops["fp16"], "fraction_of_peak": pytest.approx(0.8)}
+    assert peaks.peak_tflops(gpu.name, "float16") == entry.tflops["fp16"]
+    assert peaks.fraction_of_peak(0.8 * entry.tflops["fp16"], gpu.name, "float16") == pytest.approx(0.8)
 
 
 def test_an_unknown_gpu_has_no_fraction_of_peak(fake_cuda):
     fake_cuda(Gpu("NVIDIA RTX A6000", (8, 6), None))
     assert recorder.machine_info(torch.device("cuda"))["datasheet"] is None
-    assert bench._of_peak(100.0, "bfloat16", torch.device("cuda")) == {"peak_tflops": None, "fraction_of_peak": None}
+    assert peaks.peak_tflops("NVIDIA RTX A6000", "bfloat16") is None
+    assert peaks.fraction_of_peak(100.0, "NVIDIA RTX A6000", "bfloat16") is None
 
 
 # ------------------------------------------------------------------------------- memory accounting
@@ -240,8 +241,8 @@ def test_cuda_memory_separates_allocated_and_reserved(fake_cuda):
     allocator.allocate(1000, free_after=False)  # weights already on the GPU
     allocator.allocate(3000)  # an earlier call: 3000 bytes stay cached (reserved, not allocated)
     memory = measure.cuda_memory(lambda: allocator.allocate(500))
-    assert memory.allocated_before == 1000 and memory.reserved_before == 1000  # its cache was emptied first
-    assert memory.call_allocated == 500 and memory.call_reserved == 500
+    # its cache was emptied first: the call had to reserve what it allocated (the weights do not count)
+    assert memory == (500, 500) and memory.call_allocated == 500 and memory.call_reserved == 500
     assert allocator.calls[:3] == ["sync", "empty_cache", "reset"] and allocator.calls[-1] == "sync"
     allocator.allocate(3000)  # cache it again; without empty_cache, the cached blocks serve the call
     kept = measure.cuda_memory(lambda: allocator.allocate(500), empty_cache=False)
@@ -384,7 +385,7 @@ def test_gpu_validation_script_is_sized_and_complete():
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0  # it parses
     assert limit(text, "BENCH_S") <= 180  # the recorder's budget; tests/test_bench.py bounds the plan's estimate
     assert limit(text, "BENCH_S") + limit(text, "PYTEST_S") <= 450  # + wheel install: under 8 minutes
-    assert "-m helpers.bench --device cuda --out \"$OUT\"" in text and "-m pytest" in text and '"$@"' in text
+    assert "-m tools.bench --device cuda --out \"$OUT\"" in text and "-m pytest" in text and '"$@"' in text
     assert {"gpu.txt", "bench.log", "pytest.log", "junit.xml"} <= script_parts(text)["outputs"]
 
 

@@ -27,13 +27,19 @@ autocast_float16. Each measurement makes one warm-up call, then one call for mem
 optimizer state): on CUDA the allocator's peak minus what was allocated before (cuDNN workspaces included),
 elsewhere the peak of the tensors the call creates (:func:`peak_tensor_bytes`; kernels' scratch buffers unseen).
 "peak_reserved_bytes" (CUDA only): what the caching allocator had to *reserve* from the driver on top of what it
-held before the call (its cache emptied first); an out-of-memory error is judged against reserved memory.
+held before the call (its cache emptied first). Out of memory is not judged against either: a request the cache
+cannot serve makes the allocator free its cached blocks and ask the driver again, and the error comes when that
+fails against the device's free memory (other processes and the CUDA context take their share).
 
 "scaler": a ``GradScaler`` starts at scale 2**16; where the fp16 loss gradient overflows at that scale (small
 batches: the per-example gradients of the loss are larger), the first steps are *skipped* (no weight update)
 and the scale halves each time. The timed steps include them; "skipped_steps" says how many there were.
 
-Reading: :func:`load_records`, :func:`results_markdown` (``--readme``), :func:`plot_inference`.
+Speed-ups of AMP name their baseline: where "tf32" exists (GPUs from Ampere on), ``--readme`` and the summary
+printed after a run give each mode against strict fp32 *and* TF32 (a user's default float32 convolution there is
+TF32), via ``helpers.bench.speedups``.
+
+Reading (``helpers.bench``): :func:`load_records`, :func:`results_markdown` (``--readme``), :func:`plot_inference`.
 """
 from __future__ import annotations
 
@@ -53,7 +59,8 @@ import torch
 from torch import nn
 
 from helpers.bench import (BENCH_DIR, GEMM_DTYPES, INFERENCE_MODES, MODEL, REPRODUCE, _images, _measure,
-                           absent_reason, gemm, inference, load_records, prepare_model, results_markdown)
+                           absent_reason, gemm, inference, load_records, mode_dtypes, prepare_model,
+                           results_markdown)
 from helpers.device import cpu_flags
 from helpers.peaks import peak_for
 from helpers.train import amp_step
@@ -128,7 +135,7 @@ def train_step(model: nn.Module, mode: str, batch: int, *, device: str | torch.d
     net = copy.deepcopy(model).to(device, memory_format=torch.channels_last).train()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     scaler = torch.amp.GradScaler(device.type, init_scale=INIT_SCALE) if mode == "autocast_float16" else None
-    amp_dtype = getattr(torch, mode.removeprefix("autocast_")) if mode.startswith("autocast_") else None
+    amp_dtype = mode_dtypes(mode)[1]
     x, generator = _images(batch, image_size, device, torch.float32)
     y = torch.randint(0, num_classes, (batch,), device=device, generator=generator)
 
@@ -236,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     command = " ".join([REPRODUCE, shlex.join(argv if argv is not None else sys.argv[1:])]).strip()
     record = measure(args.device, quick=args.quick, note=args.note, command=command)
     print(f"wrote {save_record(record, args.out or BENCH_DIR)}")
+    print(results_markdown([record]).split("### ", 1)[1], end="")  # the tables, baselines named
     return record
 
 

@@ -23,7 +23,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
   nproc; } 2>&1 | tee "$OUT/gpu.txt"
 echo "== benchmark recorder (limit ${BENCH_S}s)"
 start=$SECONDS
-timeout "$BENCH_S" "$PYTHON" -m helpers.bench --device cuda --out "$OUT" --note "${NOTE:-one-shot GPU validation}" 2>&1 | tee "$OUT/bench.log"
+timeout "$BENCH_S" "$PYTHON" -m tools.bench --device cuda --out "$OUT" --note "${NOTE:-one-shot GPU validation}" 2>&1 | tee "$OUT/bench.log"
 echo "bench: exit ${PIPESTATUS[0]} in $((SECONDS - start))s"
 echo "== pytest on the GPU (limit ${PYTEST_S}s)"
 start=$SECONDS

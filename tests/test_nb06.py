@@ -1,14 +1,17 @@
-"""helpers.deploy (notebook 06's harnesses) and exercise 06.4: a broken serving function is rejected, the
-repaired one accepted."""
+"""helpers.nb06 (notebook 06's scaffolding) and notebook 06's exercise solutions: 06.4's broken serving
+functions are rejected, the repaired ones accepted."""
 from __future__ import annotations
 
+import matplotlib
 import pytest
 import torch
 from torch import nn
 
-from helpers import deploy
+from helpers import bench, nb06
 from helpers import state as state_mod
 from helpers.exercises import check, solution
+
+matplotlib.use("Agg")
 
 
 def small_net() -> nn.Module:
@@ -18,20 +21,14 @@ def small_net() -> nn.Module:
 
 
 def test_load_photo_and_resize():
-    image, preprocess, photo = deploy.load_photo()
+    image, preprocess, photo = nb06.load_photo()
     assert image.size == (512, 600) and photo.shape == (1, 3, 224, 224) and photo.dtype == torch.float32
     assert photo.is_contiguous()  # NCHW, whatever layout the decoded image had
-    assert deploy.resize(photo, 224) is photo
-    small = deploy.resize(photo, 64)
+    assert nb06.resize(photo, 224) is photo
+    small = nb06.resize(photo, 64)
     assert small.shape == (1, 3, 64, 64)
     # antialiased downsampling keeps the mean of each channel (to within the resampling error)
     assert torch.allclose(small.mean(dim=(2, 3)), photo.mean(dim=(2, 3)), atol=0.05)
-
-
-def test_torch_sources_mentioning_finds_a_real_name_and_not_a_made_up_one():
-    n_files, hits = deploy.torch_sources_mentioning("class GradScaler")
-    assert n_files > 500 and any(h.endswith("grad_scaler.py") for h in hits)
-    assert deploy.torch_sources_mentioning("FP16_Optimizer_that_never_existed")[1] == []
 
 
 def test_snapshot_changed_and_count_changes():
@@ -47,31 +44,14 @@ def test_snapshot_changed_and_count_changes():
     assert state_mod.changed(before, halved) == {name for name, t in before.items() if t.is_floating_point()}
 
 
-def test_logits_with_loads_the_state_in_eval_mode():
-    net = small_net()
-    state = state_mod.snapshot(net)
-    x = torch.randn(2, 3, 8, 8)
-    logits = deploy.logits_with(net.train(), state, x)
-    assert not net.training and torch.is_inference(logits)
-    assert state_mod.changed(state, state_mod.snapshot(net)) == set()  # eval mode: the statistics did not move
-
-
 def test_compare_logits():
     reference = torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0]])
-    row = deploy.compare_logits(reference.to(torch.bfloat16), reference)
+    row = nb06.compare_logits(reference.to(torch.bfloat16), reference)
     assert row == {"dtype": "bfloat16", "relative error": 0.0, "top-1 same": True, "top-5 shared": 5}
     moved = reference.clone()
     moved[0, 0] = 11.0  # a new top-1, and class 2 leaves the top 5
-    row = deploy.compare_logits(moved, reference)
+    row = nb06.compare_logits(moved, reference)
     assert row["relative error"] == pytest.approx(1.1) and not row["top-1 same"] and row["top-5 shared"] == 4
-
-
-def test_layout_times_restores_the_model_and_times_both_layouts():
-    net = small_net().eval()
-    times = deploy.layout_times(net, torch.randn(1, 3, 16, 16), min_run_time=0.01)
-    assert set(times) == set(deploy.LAYOUTS) and all(t > 0 for t in times.values())
-    assert net[0].weight.is_contiguous()
-    assert set(deploy.layout_times(net, torch.randn(1, 3, 16, 16), dtype=torch.bfloat16, min_run_time=0.01))
 
 
 def test_onednn_conv_kernels_parses_verbose_lines(monkeypatch):
@@ -82,8 +62,8 @@ def test_onednn_conv_kernels_parses_verbose_lines(monkeypatch):
             "onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx512_core,forward_training,src:f32,alg,0.5"]),
         "onednn_verbose,primitive,exec,cpu,convolution,brg_conv_fwd:avx2,forward_training,src:f32,alg,0.4",
     ])
-    monkeypatch.setattr(deploy, "_c_stdout_of", lambda fn: next(logs))
-    assert deploy.onednn_conv_kernels() == {
+    monkeypatch.setattr(nb06, "_c_stdout_of", lambda fn: next(logs))
+    assert nb06.onednn_conv_kernels() == {
         "contiguous (NCHW)": ["reorder jit:blk", "convolution jit:avx512_core"],
         "channels_last (NHWC)": ["convolution brg_conv_fwd:avx2"]}
 
@@ -92,71 +72,77 @@ def test_c_stdout_of_captures_what_c_code_prints_below_sys_stdout():
     import ctypes
 
     libc = ctypes.CDLL(None)
-    text = deploy._c_stdout_of(lambda: (libc.printf(b"from C %d\n", 42), libc.fflush(None)))
+    text = nb06._c_stdout_of(lambda: (libc.printf(b"from C %d\n", 42), libc.fflush(None)))
     assert text == "from C 42\n"
 
 
 def test_onednn_conv_kernels_names_a_convolution_where_onednn_runs():
-    kernels = deploy.onednn_conv_kernels()
-    assert set(kernels) == set(deploy.LAYOUTS)
+    kernels = nb06.onednn_conv_kernels()
+    assert set(kernels) == set(nb06.LAYOUTS)
     if torch.backends.mkldnn.is_available() and any(kernels.values()):
         assert all(any(k.startswith("convolution ") for k in found) for found in kernels.values())
 
 
-def test_mode_dtype():
-    assert deploy.mode_dtype("autocast_bfloat16") == torch.bfloat16
-    assert deploy.mode_dtype("float16") == torch.float16
-    assert deploy.mode_dtype("tf32") == torch.float32
+def test_sweep_table_of_live_entries():
+    net = bench.prepare_model(small_net(), "bfloat16")
+    entries = [bench.inference(net, "bfloat16", b, image_size=16, min_run_time=0.01) for b in (1, 2)]
+    table = nb06.sweep_table(entries).splitlines()
+    assert table[0].split()[:3] == ["mode", "batch", "images/s"] and len(table) == 3
+    row = table[2].split()
+    assert row[:2] == ["bfloat16", "2"] and row[-1] == "-"  # no reserved memory on a CPU
+    assert float(row[4]) == pytest.approx(entries[1]["peak_memory_bytes"] / 2 / 2**20, abs=0.01)
 
 
-def test_sweep_plan_shrinks_when_a_dtype_is_emulated(monkeypatch):
-    monkeypatch.setattr(deploy, "workload", lambda dtype, full, reduced, device: full)
-    plan = deploy.sweep_plan("cpu", torch.bfloat16)
-    assert plan == {"image_size": 128, "batches": {m: [1, 4] for m in
-                                                   ("float32", "autocast_bfloat16", "bfloat16", "float16")}}
-    monkeypatch.setattr(deploy, "workload",
-                        lambda dtype, full, reduced, device: full if dtype == torch.float32 else reduced)
-    plan = deploy.sweep_plan("cpu", torch.bfloat16)
-    assert plan["image_size"] == 64 and plan["batches"]["float32"] == [1, 4]
-    assert plan["batches"]["float16"] == plan["batches"]["autocast_bfloat16"] == [1]
+# --- exercises 06.1-06.3 -----------------------------------------------------------------------------------
+
+def test_solution_06_1_half_resnet50_bytes():
+    from torchvision import models
+
+    model = models.resnet50(weights=None)
+    floats = sum(t.numel() for t in list(model.parameters()) + list(model.buffers()) if t.is_floating_point())
+    counters = sum(t.numel() for t in model.buffers() if not t.is_floating_point())
+    assert solution("06.1") == 2 * floats + 8 * counters
+    assert check("06.1", 4 * floats + 8 * counters) is False
 
 
-def test_inference_sweep_table_concurrency_and_plot():
-    import matplotlib
+def test_solution_06_2_reads_the_best_speeds_of_the_first_cpu_record(monkeypatch):
+    from helpers.solutions import nb06 as solutions_nb06
 
-    matplotlib.use("Agg")
-    plan = {"image_size": 16, "batches": {"float32": [1, 2], "bfloat16": [1]}}
-    entries, weights = deploy.inference_sweep(small_net(), plan, "cpu", min_run_time=0.01)
-    assert [(e["dtype"], e["batch"]) for e in entries] == [("float32", 1), ("float32", 2), ("bfloat16", 1)]
-    assert weights["float32"] > weights["bfloat16"]
-    table = deploy.sweep_table(entries)
-    assert table.splitlines()[0].split()[:3] == ["mode", "batch", "images/s"] and len(table.splitlines()) == 4
-    answer = deploy.concurrency(entries, weights, "bfloat16")
-    assert 1.5 < answer["weights, fp32 / 16-bit"] <= 2  # the int64 BatchNorm counter does not halve
-    assert 1.8 < answer["activation memory per request, fp32 / 16-bit"] < 2.2  # tensor bytes halve
-    assert answer["images/s, 16-bit / fp32"] > 0
-    fig = deploy.plot_sweep(entries)
-    assert len(fig.axes) == 2
+    inference = [{"dtype": mode, "batch": batch, "images_per_s": speed} for mode, batch, speed in
+                 (("float32", 1, 15.0), ("float32", 8, 20.0), ("bfloat16", 1, 30.0), ("bfloat16", 8, 45.0),
+                  ("float16", 1, 99.0))]
+    monkeypatch.setattr(solutions_nb06, "load_records",
+                        lambda device=None: [{"inference": inference}, {"inference": []}])
+    assert solution("06.2") == pytest.approx(45.0 / 20.0)
+    assert check("06.2", 2.25) is True and check("06.2", 30.0 / 15.0) is False  # batch 1 is not the best
 
 
-def test_gemm_vs_peak_uses_the_datasheet_for_gpu_records_only():
-    gpu = {"machine": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"},
-           "gemm": [{"dtype": "bfloat16", "n": 8192, "tflops": 700.0},
-                    {"dtype": "tf32", "n": 8192, "tflops": None}]}
-    cpu = {"machine": {"device": "cpu", "device_name": "AMD EPYC"},
-           "gemm": [{"dtype": "float32", "n": 1024, "tflops": 0.2}]}
-    rows = deploy.gemm_vs_peak([gpu, cpu], fraction=lambda tflops, name, dtype: tflops / 1000.0)
-    assert rows == [{"device": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16", "n": 8192, "TFLOP/s": 700.0,
-                     "fraction of peak": 0.7}]
-    assert deploy.gemm_vs_peak([cpu]) == []
+def test_solution_06_2_on_the_recorded_file():
+    inference = bench.load_records(device="cpu")[0]["inference"]
+    speeds = sorted((e["images_per_s"], e["dtype"]) for e in inference if e["dtype"] in ("float32", "bfloat16"))
+    best_bf16 = next(v for v, mode in reversed(speeds) if mode == "bfloat16")
+    best_fp32 = next(v for v, mode in reversed(speeds) if mode == "float32")
+    assert solution("06.2") == pytest.approx(best_bf16 / best_fp32)
 
 
-def test_gemm_vs_peak_with_the_real_peaks_file():
-    pytest.importorskip("helpers.peaks")
-    gpu = {"machine": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"},
-           "gemm": [{"dtype": "bfloat16", "n": 8192, "tflops": 791.2}]}
-    (row,) = deploy.gemm_vs_peak([gpu])
-    assert row["fraction of peak"] is not None and 0.5 < row["fraction of peak"] < 1
+def test_solution_06_3_fp16_headroom_on_the_photo():
+    from torchvision import models
+
+    from helpers.solutions.nb06 import photo_batch
+
+    torch.manual_seed(0)
+    model = models.resnet50(weights=None).eval()
+    largest = []
+    hook = nn.modules.module.register_module_forward_hook(  # every module's call, a different mechanism
+        lambda module, inputs, output: largest.append(output.abs().max().item()))
+    try:
+        with torch.inference_mode():
+            logits = model(photo_batch())
+    finally:
+        hook.remove()
+    assert solution("06.3") == pytest.approx(65504 / max(largest), rel=1e-4)
+    assert 1 < solution("06.3") < 65504 / logits.abs().max().item()  # some layer's output beats the logits
+    assert check("06.3", 65504 / logits.abs().max().item()) is False
 
 
 # --- exercise 06.4 ------------------------------------------------------------------------------------------------
@@ -203,8 +189,8 @@ def test_06_4_solution_serves_correctly():
 
 @pytest.mark.parametrize("serve", [broken_serve, eval_only, no_eval], ids=lambda f: f.__name__)
 def test_06_4_broken_serving_is_rejected(serve):
-    assert check("06.4", deploy.serving_result(serve)) is False
+    assert check("06.4", nb06.serving_result(serve)) is False
 
 
 def test_06_4_a_correct_fp32_repair_is_accepted_too():
-    assert check("06.4", deploy.serving_result(fp32_repair)) is True
+    assert check("06.4", nb06.serving_result(fp32_repair)) is True

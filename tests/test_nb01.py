@@ -1,18 +1,102 @@
-"""The exercise solutions of notebooks 01 and 02 give the right answers, and check() rejects wrong ones."""
+"""helpers.nb01 (notebook 01's scaffolding), helpers.dtype_trace.casts_per_call as section 6 uses it, and the
+exercise solutions of notebook 01: they give the right answers, and check() rejects wrong ones."""
 from __future__ import annotations
 
 import copy
 import math
 
-import pytest
-import torch
-from torch import nn
+import matplotlib
 
-from helpers.data import shapes_dataset
-from helpers.exercises import check, solution, tolerance
-from helpers.measure import saved_activation_bytes_by_dtype
-from helpers.model import load_reference_model
+matplotlib.use("Agg")
 
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from helpers import nb01  # noqa: E402
+from helpers.data import shapes_dataset  # noqa: E402
+from helpers.dtype_trace import GRAD_MODES, casts_per_call  # noqa: E402
+from helpers.exercises import check, solution, tolerance  # noqa: E402
+from helpers.measure import saved_activation_bytes_by_dtype  # noqa: E402
+from helpers.model import load_reference_model  # noqa: E402
+from helpers.peaks import load_peaks  # noqa: E402
+from helpers.train import EvalResult  # noqa: E402
+
+
+def small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 6 * 6, 2)).eval()
+
+
+def test_dtype_changes_after_half():
+    model = small_cnn()
+    changes = nb01.dtype_changes(model, copy.deepcopy(model).half())
+    assert changes["parameter"] == "6 x float32 -> float16"
+    assert changes["buffer running_mean"] == "1 x float32 -> float16"
+    assert changes["buffer num_batches_tracked"] == "1 x int64 -> int64"
+
+
+def test_compare_runs_aligns_a_shorter_run_with_the_reference():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
+    reference = EvalResult(accuracy=1.0, logits=logits, predictions=logits.argmax(1))
+    short_logits = torch.tensor([[2.0, 0.5], [1.5, 1.0]])  # the second image flips
+    short = EvalResult(accuracy=0.5, logits=short_logits, predictions=short_logits.argmax(1))
+    labels = torch.tensor([0, 1, 0])
+    rows = nb01.compare_runs({"ref": reference, "short": short}, reference, labels)
+    assert rows["ref"] == {"images": 3, "accuracy": 1.0, "drop": 0.0, "agreement": 1.0,
+                           "max_logit_diff": 0.0}
+    assert rows["short"]["images"] == 2 and rows["short"]["agreement"] == 0.5
+    assert rows["short"]["drop"] == 0.5  # the reference is right on both of those images
+    assert rows["short"]["max_logit_diff"] == 1.5
+    table = nb01.format_comparison(rows).splitlines()
+    assert len(table) == 3 and table[2].split()[:3] == ["short", "2", "50.00%"]
+
+
+def test_subset_is_a_prefix():
+    data = torch.utils.data.TensorDataset(torch.arange(10), torch.arange(10) * 2)
+    part = nb01.subset(data, 3)
+    assert part.tensors[0].tolist() == [0, 1, 2] and part.tensors[1].tolist() == [0, 2, 4]
+
+
+def test_plot_peak_ratios_from_the_datasheets():
+    peaks = load_peaks()
+    ax = nb01.plot_peak_ratios(peaks)
+    names = list(peaks)
+    vs_fp32, vs_tf32 = ax.patches[:len(names)], ax.patches[len(names):]
+    h100, t4 = names.index("H100 SXM"), names.index("T4")
+    assert 14 < vs_fp32[h100].get_height() < 15.5 and 1.9 < vs_tf32[h100].get_height() < 2.1
+    # no bf16 tensor cores and no TF32 before Ampere: fp16 against fp32, no TF32 bar
+    assert vs_fp32[t4].get_height() > 5 and vs_tf32[t4].get_height() == 0
+    assert "(fp16)" in ax.get_xticklabels()[t4].get_text()
+    assert "(bf16)" in ax.get_xticklabels()[h100].get_text()
+
+
+def test_plot_logit_errors_draws_every_run_but_the_reference():
+    logits = torch.randn(4, 2)
+    ref = EvalResult(1.0, logits, logits.argmax(1))
+    other = EvalResult(1.0, logits + 1e-3, logits.argmax(1))
+    ax = nb01.plot_logit_errors({"float32": ref, "x": other}, ref)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["x"]
+
+
+def test_casts_per_call_cache_with_no_grad_and_grad_enabled():
+    linear = nn.Linear(8, 8)
+    x = torch.randn(2, 8)
+    for mode in ("no_grad", "grad enabled (training)"):
+        # first call: input, weight, bias; second call: the cached weight and bias are reused
+        assert casts_per_call(linear, x, torch.bfloat16, mode) == [3, 1], mode
+    first, _ = casts_per_call(linear, x, torch.bfloat16, "inference_mode")
+    assert first == 3  # whether the second call reuses the copies depends on the version (2.4: 1; 2.14: 3)
+    assert set(GRAD_MODES) == {"inference_mode", "no_grad", "grad enabled (training)"}
+
+
+def test_casts_per_call_no_cache_for_weights_that_do_not_require_grad():
+    linear = nn.Linear(8, 8).requires_grad_(False)
+    assert casts_per_call(linear, torch.randn(2, 8), torch.bfloat16, "no_grad") == [3, 3]
+
+
+# --- exercise solutions ---------------------------------------------------------------------------------------
 
 def test_01_1_saved_bytes_of_the_half_model():
     model = load_reference_model()  # float32 run: the floating saved tensors halve in float16, int64 indices do not
@@ -104,83 +188,7 @@ def test_01_4_repaired_deployment_code():
         assert check("01.4", true_class_probability(probabilities, labels)) is True
 
 
-def test_02_1_bfloat16_and_float16_promote_to_float32():
-    assert torch.promote_types(torch.bfloat16, torch.float16) == torch.float32
-    assert torch.finfo(torch.bfloat16).max > torch.finfo(torch.float16).max  # bf16 has the range,
-    assert torch.finfo(torch.bfloat16).eps > torch.finfo(torch.float16).eps  # fp16 the precision
-    assert solution("02.1") == torch.float32
-    assert check("02.1", torch.float32) is True
-    assert check("02.1", torch.bfloat16) is False and check("02.1", torch.float16) is False
-    assert check("02.1", "float32") is False  # the notebook asks for a torch.dtype object, not a string
-
-
-def test_02_2_smallest_value_that_overflows_fp16():
-    fp16_max = torch.finfo(torch.float16).max
-    spacing_at_max = 2.0 ** (math.floor(math.log2(fp16_max)) - 10)  # 10 stored mantissa bits
-    expected = fp16_max + spacing_at_max / 2
-    assert solution("02.2") == expected == 65520.0
-    assert torch.tensor(expected).half().isinf()
-    below = torch.nextafter(torch.tensor(expected), torch.tensor(0.0))
-    assert not below.half().isinf()
-    assert check("02.2", 65520.0) is True and check("02.2", fp16_max) is False
-    # a value just below the threshold is within the default tolerance but converts to a finite 65504: wrong
-    just_below = torch.tensor(65519.996, dtype=torch.float32)
-    assert just_below.item() < expected and just_below.half().item() == fp16_max
-    assert tolerance("02.2") == 0.0
-    assert check("02.2", just_below.item()) is False and check("02.2", 65519.996) is False
-
-
-def test_02_3_wrong_positions_in_fp16_arange():
-    odd_numbers_above_2048 = len(range(2049, 4096, 2))  # float16 steps by 2 between 2048 and 4096
-    assert solution("02.3") == odd_numbers_above_2048 == 1024
-    assert check("02.3", 1024) is True and check("02.3", 2048) is False
-
-
-def _exercise_02_4(pool_class) -> torch.Tensor:
-    """The check cell of exercise 02.4, with ``pool_class`` in place of the notebook's AttentionPool."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        pool = pool_class().half()
-    features = torch.rand(2, 5, 8, generator=torch.Generator().manual_seed(2)).half()
-    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
-    with torch.inference_mode():
-        return pool(features, padding)
-
-
-def test_02_4_broken_mask_is_rejected_and_repairs_accepted():
-    import json
-    from pathlib import Path
-
-    from helpers.solutions.nb02 import AttentionPool
-
-    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" /
-                        "02_dtype_following_tensors.ipynb").read_text())["cells"]
-    given = ["".join(c["source"]) for c in cells if "class AttentionPool" in "".join(c["source"])]
-    assert len(given) == 1
-    namespace = {"torch": torch, "nn": nn}
-    exec(given[0], namespace)  # the broken code, as the learner receives it
-    broken = _exercise_02_4(namespace["AttentionPool"])
-    assert broken.dtype == torch.float16 and broken.isnan().all()  # 0 * fp16(-1e9) = 0 * -inf = NaN
-    assert check("02.4", broken.float().mean().item()) is False
-
-    class FloatIsland(AttentionPool):  # another correct repair: the softmax in float32, the result float16
-        def forward(self, features, pad):
-            scores = self.score(features).squeeze(-1).float().masked_fill(pad, torch.finfo(torch.float32).min)
-            weights = torch.softmax(scores, dim=-1).to(features.dtype)
-            return (weights.unsqueeze(-1) * features).sum(dim=1)
-
-    class Unmasked(AttentionPool):  # "repaired" by dropping the mask: the padding is averaged in
-        def forward(self, features, pad):
-            return (torch.softmax(self.score(features).squeeze(-1), -1).unsqueeze(-1) * features).sum(dim=1)
-
-    repaired = _exercise_02_4(AttentionPool)
-    assert repaired.dtype == torch.float16 and repaired.isfinite().all()
-    assert check("02.4", repaired.float().mean().item()) is True
-    assert check("02.4", _exercise_02_4(FloatIsland).float().mean().item()) is True
-    assert check("02.4", _exercise_02_4(Unmasked).float().mean().item()) is False
-
-
-@pytest.mark.parametrize("key", ["01.1", "01.2", "01.3", "01.4", "02.1", "02.2", "02.3", "02.4"])
+@pytest.mark.parametrize("key", ["01.1", "01.2", "01.3", "01.4"])
 def test_unanswered(key, capsys):
     assert check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out

@@ -1,0 +1,134 @@
+"""Notebook 06's scaffolding (deploying in half precision): the photo, logit comparisons, oneDNN's
+kernels, the live inference sweep and the serving check of exercise 06.4. Tested in
+``tests/test_nb06.py``."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from .data import shapes_dataset
+from .model import load_reference_model
+from .state import changed, snapshot
+
+LAYOUTS = {"contiguous (NCHW)": torch.contiguous_format,
+           "channels_last (NHWC)": torch.channels_last}
+
+
+def load_photo(device: str | torch.device = "cpu"):
+    """matplotlib's bundled photo of Grace Hopper (public domain, no download) and its ResNet-50
+    preprocessing: ``(image, preprocess, batch)``, the PIL image,
+    ``ResNet50_Weights.DEFAULT.transforms()`` and the batch of one, 1 x 3 x 224 x 224 float32,
+    contiguous (NCHW; the transforms alone keep the decoded image's channels_last)."""
+    from matplotlib import cbook
+    from PIL import Image
+    from torchvision import models
+
+    with cbook.get_sample_data("grace_hopper.jpg") as f:
+        image = Image.open(f).convert("RGB")
+    preprocess = models.ResNet50_Weights.DEFAULT.transforms()
+    return image, preprocess, preprocess(image).unsqueeze(0).contiguous().to(device)
+
+
+def show_photo(image, preprocess, batch: torch.Tensor):
+    """Plot the photo next to the model's input (the normalisation undone); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_photo, ax_input) = plt.subplots(1, 2, figsize=(6, 3.5), dpi=80)
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in (preprocess.mean, preprocess.std))
+    ax_photo.imshow(image)
+    ax_input.imshow((batch[0].cpu() * std + mean).clamp(0, 1).permute(1, 2, 0))
+    for ax, title in ((ax_photo, "the photo, {}x{}".format(*image.size)),
+                      (ax_input, f"the model's input, {batch.shape[-1]}x{batch.shape[-2]}")):
+        ax.set(title=title, xlabel="x (pixels)", ylabel="y (pixels)")
+    fig.tight_layout()
+    return fig
+
+
+def resize(batch: torch.Tensor, side: int) -> torch.Tensor:
+    """``batch`` (N x C x H x W) resized to ``side`` x ``side`` (antialiased bilinear); itself if
+    already so."""
+    if tuple(batch.shape[-2:]) == (side, side):
+        return batch
+    return nn.functional.interpolate(batch, size=(side, side), mode="bilinear", antialias=True,
+                                     align_corners=False)
+
+
+def compare_logits(logits: torch.Tensor, reference: torch.Tensor) -> dict[str, Any]:
+    """One image's ``logits`` (any dtype) against the fp32 ``reference`` (1 x classes): dtype,
+    largest error relative to the largest reference logit, whether top-1 agrees, how many top-5
+    classes are shared."""
+    dtype, logits, reference = logits.dtype, logits.float(), reference.float()
+    error = ((logits - reference).abs().max() / reference.abs().max()).item()
+    shared = set(logits.topk(5).indices[0].tolist()) & set(reference.topk(5).indices[0].tolist())
+    return {"dtype": str(dtype).removeprefix("torch."), "relative error": float(f"{error:.2g}"),
+            "top-1 same": logits.argmax().item() == reference.argmax().item(),
+            "top-5 shared": len(shared)}
+
+
+def _c_stdout_of(fn: Callable[[], Any]) -> str:
+    """What ``fn()`` writes to file descriptor 1 (oneDNN prints there, below Python's
+    ``sys.stdout``)."""
+    sys.stdout.flush()
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(1)
+        os.dup2(captured.fileno(), 1)
+        try:
+            fn()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        captured.seek(0)
+        return captured.read().decode(errors="replace")
+
+
+def onednn_conv_kernels() -> dict[str, list[str]]:
+    """``{layout: ["reorder jit:blk", "convolution brg_conv_fwd:avx512_core", ...]}``: the oneDNN
+    primitives (with implementations) one 64-channel 3x3 convolution on a 56x56 image runs in each
+    layout, read from oneDNN's verbose log (``torch.backends.mkldnn.verbose``); empty lists where
+    oneDNN does not run it."""
+    torch.manual_seed(0)
+    conv, x = torch.nn.Conv2d(64, 64, 3, padding=1).eval(), torch.randn(1, 64, 56, 56)
+    kernels: dict[str, list[str]] = {}
+    for name, layout in LAYOUTS.items():
+        def run(layout: torch.memory_format = layout) -> None:
+            verbose = torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON)
+            with torch.inference_mode(), verbose:
+                conv.to(memory_format=layout)(x.contiguous(memory_format=layout))
+
+        lines = [line.split(",") for line in _c_stdout_of(run).splitlines()
+                 if re.match(r"onednn_verbose,(v\d+,)?(primitive,)?exec,cpu,", line)]
+        kernels[name] = [f"{f[f.index('cpu') + 1]} {f[f.index('cpu') + 2]}" for f in lines]
+    return kernels
+
+
+def sweep_table(entries: Sequence[dict]) -> str:
+    """The sweep as a text table: images/s, latency, MiB one request allocates (and the MiB a call
+    made the allocator reserve: CUDA only)."""
+    lines = [f"{'mode':18} {'batch':>5} {'images/s':>9} {'latency ms':>11} {'MiB/request':>12} "
+             f"{'reserved MiB':>13}"]
+    for e in entries:
+        reserved = e.get("peak_reserved_bytes")
+        lines.append(f"{e['dtype']:18} {e['batch']:5} {e['images_per_s']:9.1f} "
+                     f"{e['latency_ms']:11.1f} {e['peak_memory_bytes'] / e['batch'] / 2**20:12.2f} "
+                     f"{'-' if reserved is None else f'{reserved / 2**20:.1f}':>13}")
+    return "\n".join(lines)
+
+
+def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+                   device: str | torch.device = "cpu", n: int = 16) -> tuple[bool, bool, list[int]]:
+    """Serve ``n`` seeded test images one at a time with ``serve(model, request) -> logits``, as a
+    server would, to the trained reference CNN freshly loaded (in training mode). Returns (every
+    parameter and buffer unchanged afterwards, every logits tensor an inference tensor, the
+    predicted classes)."""
+    model = load_reference_model(device=device).train()
+    requests = shapes_dataset("test", n=n).tensors[0].to(device)
+    before = snapshot(model)
+    outputs = [serve(model, requests[i:i + 1]) for i in range(n)]
+    return not changed(before, snapshot(model)), all(torch.is_inference(o) for o in outputs), [
+        int(o.argmax()) for o in outputs]
