@@ -218,5 +218,5 @@ def run_job(command: Sequence[str] | Callable[[int], Sequence[Sequence[str]]], *
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, not {attempts}")
     raise TimeoutError(f"the job did not finish within {timeout:g} s and was stopped ({attempts} "
-                       f"attempt(s)); the end of its messages:\n"
-                       f"{next(err for done, err in runs if done is None)[-2000:]}")
+                       f"attempt(s)); the end of its messages (each command's):\n"
+                       + "\n".join(err[-2000:] for _, err in runs))

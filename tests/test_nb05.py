@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import parallel_apply
 
-from helpers import ShapesCNN, ddp_train
+from helpers import ddp_train
 from helpers.device import AutocastState, autocast_state
 from helpers.exercises import check, solution
 from helpers.nb05 import (DtypeProbe, Seen, SharedLog, free_port, local_launch_env, observe, replay_data_parallel,
