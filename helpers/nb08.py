@@ -1,9 +1,9 @@
-"""Notebook 08's scaffolding: a small GPT-style decoder with a KV cache, its generated corpus and its batches.
+"""Notebook 08's scaffolding: a small GPT-style decoder with a KV cache, its corpus and batches.
 
-The model is byte-level (vocabulary 256), pre-norm (LayerNorm), with ``scaled_dot_product_attention``, GELU and a
-head tied to the token embedding. The corpus is generated from a seed (the same text on every Python and torch
-release, nothing downloaded). The trained checkpoint ``data/reference_gpt.pt`` is made by
-``python -m tools.reference_gpt``.
+The model is byte-level (vocabulary 256), pre-norm (LayerNorm), with
+``scaled_dot_product_attention``, GELU and a head tied to the token embedding. The corpus is
+generated from a seed (the same text on every Python and torch release, nothing downloaded). The
+trained checkpoint ``data/reference_gpt.pt`` is made by ``python -m tools.reference --gpt``.
 """
 from __future__ import annotations
 
@@ -16,29 +16,32 @@ from torch.nn import functional as F
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 CHECKPOINT = DATA_DIR / "reference_gpt.pt"
-REGENERATE = "python -m tools.reference_gpt"
-Cache = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) pair per layer, each (batch, heads, T, d)
+REGENERATE = "python -m tools.reference --gpt"
+Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (batch, heads, T, d)
 
-_SUBJECTS = ("the model", "a float16 weight", "the bfloat16 copy", "the optimizer", "every layer", "the cache",
-             "a small update", "the loss", "the gradient", "the attention score", "the master weight",
-             "the scaler", "a long prompt", "the next token", "the laptop", "the GPU")
-_VERBS = ("rounds", "keeps", "stores", "loses", "scales", "reads", "writes", "doubles", "halves", "moves",
-          "checks", "overflows", "adds", "casts", "measures", "skips")
-_OBJECTS = ("the exponent", "eight bits", "a tiny step", "the softmax", "every byte", "the residual",
-            "sixteen bits", "the logits", "the mask", "the memory", "a million tokens", "the bias")
-_ENDINGS = (" in float32.", " on the GPU.", " at batch one.", " before the step.", " after the norm.",
-            " without a warning.", ".", ".", " twice.", " for each head.")
+_SUBJECTS = ("the model", "a float16 weight", "the bfloat16 copy", "the optimizer", "every layer",
+             "the cache", "a small update", "the loss", "the gradient", "the attention score",
+             "the master weight", "the scaler", "a long prompt", "the next token", "the laptop",
+             "the GPU")
+_VERBS = ("rounds", "keeps", "stores", "loses", "scales", "reads", "writes", "doubles", "halves",
+          "moves", "checks", "overflows", "adds", "casts", "measures", "skips")
+_OBJECTS = ("the exponent", "eight bits", "a tiny step", "the softmax", "every byte",
+            "the residual", "sixteen bits", "the logits", "the mask", "the memory",
+            "a million tokens", "the bias")
+_ENDINGS = (" in float32.", " on the GPU.", " at batch one.", " before the step.",
+            " after the norm.", " without a warning.", ".", ".", " twice.", " for each head.")
 
 
 def corpus_text(n_sentences: int = 6000, seed: int = 0) -> str:
-    """A text generated from ``seed``: short sentences about mixed precision, ASCII, about 40 characters each.
+    """A text generated from ``seed``: short ASCII sentences about mixed precision.
 
-    ``random.Random(seed).choice`` yields the same sequence on every Python 3 release, so the text (and every
-    number computed from it) is the same everywhere."""
+    ``random.Random(seed).choice`` repeats its sequence on every Python 3 release, so the text
+    (and every number computed from it) is the same everywhere."""
     rng = random.Random(seed)
     sentences = []
     for _ in range(n_sentences):
-        sentence = f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}{rng.choice(_ENDINGS)}"
+        words = (rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS))
+        sentence = " ".join(words) + rng.choice(_ENDINGS)
         sentences.append(sentence[0].upper() + sentence[1:])
     return " ".join(sentences)
 
@@ -62,15 +65,14 @@ def token_splits(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def batch(ids: torch.Tensor, batch_size: int, context: int,
           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` random windows of ``context`` ids (inputs) and the same windows shifted by one (targets)."""
+    """``batch_size`` random windows of ``context`` ids, and the same windows one id later."""
     starts = torch.randint(0, len(ids) - context - 1, (batch_size,), generator=generator)
-    rows = starts[:, None] + torch.arange(context + 1)
-    windows = ids[rows]
+    windows = ids[starts[:, None] + torch.arange(context + 1)]
     return windows[:, :-1], windows[:, 1:]
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)), with a KV cache."""
+    """Pre-norm block: x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)); with a KV cache."""
 
     def __init__(self, width: int, heads: int, mlp: int):
         super().__init__()
@@ -81,12 +83,13 @@ class Block(nn.Module):
         self.up = nn.Linear(width, mlp * width, bias=False)
         self.down = nn.Linear(mlp * width, width, bias=False)
 
-    def forward(self, x: torch.Tensor,
-                cache: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple]:
-        """``x`` (batch, T, width); with a ``cache`` of earlier keys and values, T must be 1 (one decoding step).
-        Returns the output and this layer's keys and values including the new ones."""
+    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x`` (batch, T, width); with a ``cache`` of earlier keys and values, T must be 1 (one
+        decoding step). Returns the output and this layer's keys and values, new ones included."""
         b, t, c = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
         if cache is not None:
             if t != 1:
                 raise ValueError("with a cache, feed one token at a time")
@@ -98,11 +101,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A small GPT-style decoder: token and position embeddings, ``layers`` blocks, a final LayerNorm and a head
-    tied to the token embedding. ``forward(ids, cache)`` returns the logits and the new KV cache."""
+    """A small GPT-style decoder: token and position embeddings, ``layers`` blocks, a final
+    LayerNorm and a head tied to the token embedding. ``forward(ids, cache)`` returns the logits and
+    the new KV cache."""
 
-    def __init__(self, vocab: int = 256, width: int = 128, layers: int = 2, heads: int = 4, mlp: int = 3,
-                 context: int = 64):
+    def __init__(self, vocab: int = 256, width: int = 128, layers: int = 2, heads: int = 4,
+                 mlp: int = 3, context: int = 64):
         super().__init__()
         self.context = context
         self.tokens = nn.Embedding(vocab, width)
@@ -115,7 +119,8 @@ class GPT(nn.Module):
 
     def forward(self, ids: torch.Tensor, cache: Cache | None = None) -> tuple[torch.Tensor, Cache]:
         past = 0 if cache is None else cache[0][0].shape[2]
-        x = self.tokens(ids) + self.positions(torch.arange(past, past + ids.shape[1], device=ids.device))
+        positions = torch.arange(past, past + ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.positions(positions)
         new_cache = []
         for i, block in enumerate(self.blocks):
             x, keys_values = block(x, None if cache is None else cache[i])
@@ -124,17 +129,19 @@ class GPT(nn.Module):
 
 
 def next_token_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the next byte, computed on float32 logits (``logits.float()``, section 3)."""
+    """Mean cross-entropy of the next byte, on float32 logits (``logits.float()``, section 3)."""
     logits, _ = model(inputs)
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 @torch.no_grad()
-def mean_loss(model: nn.Module, ids: torch.Tensor, batches: int = 10, batch_size: int = 32, seed: int = 1) -> float:
-    """Mean next-byte loss of ``model`` over ``batches`` seeded batches of ``ids`` (in the model's own dtype)."""
+def mean_loss(model: nn.Module, ids: torch.Tensor, batches: int = 10, batch_size: int = 32,
+              seed: int = 1) -> float:
+    """Mean next-byte loss of ``model`` over ``batches`` seeded batches of ``ids``."""
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
-    losses = [next_token_loss(model, *(t.to(device) for t in batch(ids, batch_size, model.context, generator)))
+    losses = [next_token_loss(model, *(t.to(device) for t in
+                                       batch(ids, batch_size, model.context, generator)))
               for _ in range(batches)]
     return torch.stack(losses).mean().item()
 
@@ -143,8 +150,8 @@ def load_gpt(path: str | Path = CHECKPOINT, device: str | torch.device = "cpu") 
     """The trained float32 :class:`GPT` in eval mode, loaded with ``weights_only=True``."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"Checkpoint {path.name} not found in {path.parent.name}/. Regenerate it from the "
-                                f"repository root with: {REGENERATE}")
+        raise FileNotFoundError(f"Checkpoint {path.name} not found in {path.parent.name}/. "
+                                f"Regenerate it from the repository root with: {REGENERATE}")
     model = GPT()
     model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
     return model.to(device).eval()
@@ -152,7 +159,7 @@ def load_gpt(path: str | Path = CHECKPOINT, device: str | torch.device = "cpu") 
 
 @torch.inference_mode()
 def generate(model: GPT, prompt: str, n: int) -> str:
-    """Greedy decoding of ``n`` bytes after ``prompt``: one prefill, then one cached step per byte."""
+    """Greedy decoding of ``n`` bytes after ``prompt``: one prefill, then one cached step each."""
     ids = encode(prompt)[None].to(next(model.parameters()).device)
     logits, cache = model(ids)
     out = []
@@ -170,15 +177,17 @@ def cache_bytes(cache: Cache) -> int:
 
 def trace_table(columns: dict[str, dict[str, str]], rows: dict[str, str],
                 heads: tuple[str, str] = ("ATen op", "in the model")) -> str:
-    """Side by side, what each row key of ``rows`` (key -> what it is in the model) maps to in each column of
-    ``columns`` (a name -> e.g. a :func:`helpers.autocast_rules.op_dtypes` result); rows absent from every
-    column are left out."""
-    shown = {key: role for key, role in rows.items() if any(key in column for column in columns.values())}
+    """Side by side, what each key of ``rows`` (key -> its role in the model) maps to in each
+    column of ``columns`` (name -> e.g. a :func:`helpers.autocast_rules.op_dtypes` result); rows
+    absent from every column are left out."""
+    shown = {key: role for key, role in rows.items()
+             if any(key in column for column in columns.values())}
     w0 = max(len(text) for text in (heads[0], *shown)) + 2
     w1 = max(len(text) for text in (heads[1], *shown.values())) + 2
-    width = max(len(text) for name, column in columns.items() for text in (name, *column.values())) + 2
+    width = max(len(text) for name, column in columns.items()
+                for text in (name, *column.values())) + 2
     lines = [f"{heads[0]:<{w0}}{heads[1]:<{w1}}" + "".join(f"{name:<{width}}" for name in columns)]
     for key, role in shown.items():
-        lines.append(f"{key:<{w0}}{role:<{w1}}" + "".join(f"{column.get(key, '-'):<{width}}"
-                                                          for column in columns.values()))
+        cells = "".join(f"{column.get(key, '-'):<{width}}" for column in columns.values())
+        lines.append(f"{key:<{w0}}{role:<{w1}}{cells}")
     return "\n".join(lines)

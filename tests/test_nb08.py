@@ -10,12 +10,13 @@ import helpers
 from helpers import nb08 as lab
 from helpers.exercises import solution
 from helpers.solutions import nb08 as solutions
-from tools import reference_gpt
+from tools import reference
 
 
 def test_the_corpus_is_the_same_text_on_every_release():
-    # random.Random(seed).choice is specified to repeat across Python 3 releases: the first sentences are fixed
-    assert lab.corpus_text(2) == "A long prompt casts the exponent after the norm. The GPU adds every byte."
+    # random.Random(seed).choice repeats across Python 3 releases: the first sentences are fixed
+    first_two = "A long prompt casts the exponent after the norm. The GPU adds every byte."
+    assert lab.corpus_text(2) == first_two
     assert lab.corpus_text(50) == lab.corpus_text(50) != lab.corpus_text(50, seed=1)
     assert lab.corpus_text().isascii()
 
@@ -72,24 +73,26 @@ def test_the_shipped_checkpoint_loads_small_and_trained():
     assert not model.training and {p.dtype for p in model.parameters()} == {torch.float32}
     record = json.loads(lab.CHECKPOINT.with_suffix(".json").read_text())
     assert record["command"] == lab.REGENERATE
-    assert lab.mean_loss(model, lab.token_splits()[1], batches=2) < math.log(256) / 4  # far below guessing
+    validation_loss = lab.mean_loss(model, lab.token_splits()[1], batches=2)
+    assert validation_loss < math.log(256) / 4  # far below guessing
     assert lab.generate(model, "The ", 8).isascii()
 
 
 def test_a_missing_checkpoint_names_the_command(tmp_path):
-    with pytest.raises(FileNotFoundError, match="python -m tools.reference_gpt"):
+    with pytest.raises(FileNotFoundError, match="python -m tools.reference --gpt"):
         lab.load_gpt(tmp_path / "missing.pt")
 
 
 def test_the_checkpoint_command_trains_and_records():
-    model, summary = reference_gpt.train_reference(steps=2, batch_size=2, validation_batches=1)
-    assert summary["steps"] == 2 and summary["parameters"] == sum(p.numel() for p in model.parameters())
+    model, summary = reference.train_gpt(steps=2, batch_size=2, validation_batches=1)
+    assert summary["steps"] == 2
+    assert summary["parameters"] == sum(p.numel() for p in model.parameters())
     assert {"final_train_loss", "validation_loss", "train_seconds", "cpu", "torch"} <= set(summary)
 
 
 def test_trace_table_lines_up_columns_and_leaves_out_absent_rows():
-    table = lab.trace_table({"A": {"mm": "bfloat16 x2"}, "B": {"mm": "float16 x2", "gelu": "float16 x1"}},
-                            {"mm": "Linear", "gelu": "GELU", "absent": "never ran"})
+    columns = {"A": {"mm": "bfloat16 x2"}, "B": {"mm": "float16 x2", "gelu": "float16 x1"}}
+    table = lab.trace_table(columns, {"mm": "Linear", "gelu": "GELU", "absent": "never ran"})
     lines = table.splitlines()
     assert len(lines) == 3 and "absent" not in table
     assert lines[2].split() == ["gelu", "GELU", "-", "float16", "x1"]
@@ -99,8 +102,9 @@ def test_08_1_accepts_the_float32_loss_and_rejects_the_bfloat16_one():
     logits, next_bytes = solutions.exercise_08_1_logits()
     unfixed = F.cross_entropy(logits.flatten(0, 1), next_bytes.flatten())
     assert unfixed.dtype == torch.bfloat16
-    assert helpers.check("08.1", F.cross_entropy(logits.flatten(0, 1).float(), next_bytes.flatten()).item())
-    assert helpers.check("08.1", F.cross_entropy(logits.double().flatten(0, 1), next_bytes.flatten()).item())
+    for upcast in (logits.float(), logits.double()):
+        loss = F.cross_entropy(upcast.flatten(0, 1), next_bytes.flatten())
+        assert helpers.check("08.1", loss.item())
     assert not helpers.check("08.1", unfixed.item())
     with torch.no_grad():
         fp32_model_loss = lab.next_token_loss(lab.load_gpt(), *lab.batch(
@@ -111,7 +115,8 @@ def test_08_1_accepts_the_float32_loss_and_rejects_the_bfloat16_one():
 def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
     right = 2 * 3 * 2 * 32 * 2 * 100 * 4  # K and V, layers, heads, head_dim, bytes, tokens, batch
     assert solution("08.2") == right
-    for wrong in (right // 2, right * 2, right // 4, right // 100):  # no K+V, float32, no batch, per token
+    # forgetting K and V, float32 bytes, no batch, per token
+    for wrong in (right // 2, right * 2, right // 4, right // 100):
         assert not helpers.check("08.2", wrong)
 
 
@@ -124,4 +129,4 @@ def test_08_3_needs_a_finite_mask():
     assert not helpers.check("08.3", solutions.two_attention_layers(unfixed))
     assert not helpers.check("08.3", solutions.two_attention_layers(minus_inf))
     finite = torch.zeros(allowed.shape, dtype=torch.float16).masked_fill(~allowed, -1e4)[:, None]
-    assert helpers.check("08.3", solutions.two_attention_layers(finite))  # any finite fill value is a fix
+    assert helpers.check("08.3", solutions.two_attention_layers(finite))  # any finite fill will do

@@ -6,7 +6,8 @@ from .. import nb08 as lab
 
 
 def exercise_08_1_logits() -> tuple[torch.Tensor, torch.Tensor]:
-    """08.1's setup: the bfloat16 logits of the checkpoint on a seeded validation batch, and the next bytes."""
+    """08.1's setup: the checkpoint's bfloat16 logits on a seeded validation batch, and the next
+    bytes."""
     model = lab.load_gpt().bfloat16()
     inputs, next_bytes = lab.batch(lab.token_splits()[1], 16, 64, torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -28,8 +29,8 @@ def _kv_cache_bytes_of_a_small_bf16_model() -> int:
 
 
 def exercise_08_3_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """08.3's setup: which positions are real tokens (2 left-padded rows of 8), the allowed (query, key) pairs
-    (causal, real keys only), and the float16 hidden states."""
+    """08.3's setup: which positions are real tokens (2 left-padded rows of 8), the allowed
+    (query, key) pairs (causal, real keys only), and the float16 hidden states."""
     pad = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1, 1]]).bool()
     allowed = pad[:, None, :] & torch.ones(8, 8, dtype=torch.bool).tril()
     hidden = torch.randn(2, 1, 8, 16, generator=torch.Generator().manual_seed(8)).half()
@@ -43,7 +44,7 @@ def attention(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def two_attention_layers(mask: torch.Tensor) -> float:
-    """08.3's computation for a given (batch, 1, query, key) mask: the sum of |output| at the real tokens."""
+    """08.3's computation for a (batch, 1, query, key) mask: the sum of |output| at real tokens."""
     pad, _, hidden = exercise_08_3_inputs()
     for _ in range(2):
         hidden = attention(hidden, mask)
@@ -52,7 +53,8 @@ def two_attention_layers(mask: torch.Tensor) -> float:
 
 def _attention_output_with_a_finite_mask() -> float:
     _, allowed, _ = exercise_08_3_inputs()
-    mask = torch.zeros(allowed.shape, dtype=torch.float16).masked_fill(~allowed, torch.finfo(torch.float16).min)
+    mask = torch.zeros(allowed.shape, dtype=torch.float16)
+    mask = mask.masked_fill(~allowed, torch.finfo(torch.float16).min)
     return two_attention_layers(mask[:, None])
 
 
@@ -62,5 +64,5 @@ SOLUTIONS = {
     "08.3": _attention_output_with_a_finite_mask,
 }
 # 08.1: a float64 upcast (or .float() at another place) differs by ~1e-7; the bf16 loss by ~1e-3.
-# 08.3: another finite fill (-1e4, finfo(float16).min added) rounds differently in float16; the wrong answer is NaN.
+# 08.3: another finite fill value (-1e4) rounds differently in float16; the wrong answer is NaN.
 TOLERANCES = {"08.1": 1e-5, "08.3": 1e-2}
