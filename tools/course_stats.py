@@ -266,6 +266,7 @@ WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = [
     ("05", ("2", "5"), "autocast is per thread; the fix inside `forward`"),
     ("06", ("6", "7"), "the corrected deployment recipe; does concurrency double?"),
     ("07", ("1", "3", "5"), "the decision guide for each machine; finding the first NaN"),
+    ("08", ("5",), "a transformer: decoding is memory-bound, prefill compute-bound, per weight dtype"),
 ]
 WORKSHOP_MINUTES = 180
 BREAK_MINUTES = 15

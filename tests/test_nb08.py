@@ -1,0 +1,132 @@
+"""Notebook 08's scaffolding (helpers.nb08), its checkpoint command and its exercise solutions."""
+import json
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import helpers
+from helpers import nb08 as lab
+from helpers.exercises import solution
+from helpers.solutions import nb08 as solutions
+from tools import reference
+
+
+def test_the_corpus_is_the_same_text_on_every_release():
+    # random.Random(seed).choice repeats across Python 3 releases: the first sentences are fixed
+    first_two = "A long prompt casts the exponent after the norm. The GPU adds every byte."
+    assert lab.corpus_text(2) == first_two
+    assert lab.corpus_text(50) == lab.corpus_text(50) != lab.corpus_text(50, seed=1)
+    assert lab.corpus_text().isascii()
+
+
+def test_batches_are_windows_and_their_next_bytes():
+    ids = torch.arange(1000)
+    inputs, targets = lab.batch(ids, 4, 16, torch.Generator().manual_seed(0))
+    assert inputs.shape == targets.shape == (4, 16)
+    assert torch.equal(targets, inputs + 1)  # consecutive ids: each target is the next id
+    again, _ = lab.batch(ids, 4, 16, torch.Generator().manual_seed(0))
+    assert torch.equal(inputs, again)
+    assert lab.decode(lab.encode("Byte level.")) == "Byte level."
+
+
+def test_cached_decoding_gives_the_logits_of_a_full_pass():
+    torch.manual_seed(0)
+    model = lab.GPT(width=32, layers=2, heads=2, context=16).eval()
+    ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, full_cache = model(ids)
+        logits, cache = model(ids[:, :8])
+        steps = [logits]
+        for i in range(8, 12):
+            logits, cache = model(ids[:, i:i + 1], cache)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for layer, full_layer in zip(cache, full_cache)
+               for a, b in zip(layer, full_layer))
+    with pytest.raises(ValueError, match="one token at a time"):
+        model(ids[:, 8:10], cache)
+
+
+@pytest.mark.parametrize("dtype", helpers.COURSE_DTYPES)
+def test_cache_bytes_follow_the_formula(dtype):
+    model = lab.GPT(width=48, layers=3, heads=3, context=32).to(dtype)
+    with torch.inference_mode():
+        _, cache = model(torch.zeros(2, 20, dtype=torch.long))
+    assert cache[0][0].dtype == dtype
+    assert lab.cache_bytes(cache) == 2 * 3 * 3 * 16 * (torch.finfo(dtype).bits // 8) * 2 * 20
+
+
+def test_the_loss_is_computed_on_float32_logits():
+    model = lab.GPT(width=32, layers=1, heads=2, context=16).bfloat16()
+    inputs, targets = lab.batch(torch.arange(200) % 256, 2, 16, torch.Generator().manual_seed(0))
+    loss = lab.next_token_loss(model, inputs, targets)
+    logits, _ = model(inputs)
+    assert loss.dtype == torch.float32
+    assert loss.item() == F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten()).item()
+
+
+def test_the_shipped_checkpoint_loads_small_and_trained():
+    assert lab.CHECKPOINT.stat().st_size < 1.5e6
+    model = lab.load_gpt()
+    assert not model.training and {p.dtype for p in model.parameters()} == {torch.float32}
+    record = json.loads(lab.CHECKPOINT.with_suffix(".json").read_text())
+    assert record["command"] == lab.REGENERATE
+    validation_loss = lab.mean_loss(model, lab.token_splits()[1], batches=2)
+    assert validation_loss < math.log(256) / 4  # far below guessing
+    assert lab.generate(model, "The ", 8).isascii()
+
+
+def test_a_missing_checkpoint_names_the_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m tools.reference --gpt"):
+        lab.load_gpt(tmp_path / "missing.pt")
+
+
+def test_the_checkpoint_command_trains_and_records():
+    model, summary = reference.train_gpt(steps=2, batch_size=2, validation_batches=1)
+    assert summary["steps"] == 2
+    assert summary["parameters"] == sum(p.numel() for p in model.parameters())
+    assert {"final_train_loss", "validation_loss", "train_seconds", "cpu", "torch"} <= set(summary)
+
+
+def test_trace_table_lines_up_columns_and_leaves_out_absent_rows():
+    columns = {"A": {"mm": "bfloat16 x2"}, "B": {"mm": "float16 x2", "gelu": "float16 x1"}}
+    table = lab.trace_table(columns, {"mm": "Linear", "gelu": "GELU", "absent": "never ran"})
+    lines = table.splitlines()
+    assert len(lines) == 3 and "absent" not in table
+    assert lines[2].split() == ["gelu", "GELU", "-", "float16", "x1"]
+
+
+def test_08_1_accepts_the_float32_loss_and_rejects_the_bfloat16_one():
+    logits, next_bytes = solutions.exercise_08_1_logits()
+    unfixed = F.cross_entropy(logits.flatten(0, 1), next_bytes.flatten())
+    assert unfixed.dtype == torch.bfloat16
+    for upcast in (logits.float(), logits.double()):
+        loss = F.cross_entropy(upcast.flatten(0, 1), next_bytes.flatten())
+        assert helpers.check("08.1", loss.item())
+    assert not helpers.check("08.1", unfixed.item())
+    with torch.no_grad():
+        fp32_model_loss = lab.next_token_loss(lab.load_gpt(), *lab.batch(
+            lab.token_splits()[1], 16, 64, torch.Generator().manual_seed(3))).item()
+    assert not helpers.check("08.1", fp32_model_loss)  # the exercise keeps the bfloat16 model
+
+
+def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
+    right = 2 * 3 * 2 * 32 * 2 * 100 * 4  # K and V, layers, heads, head_dim, bytes, tokens, batch
+    assert solution("08.2") == right
+    # forgetting K and V, float32 bytes, no batch, per token
+    for wrong in (right // 2, right * 2, right // 4, right // 100):
+        assert not helpers.check("08.2", wrong)
+
+
+def test_08_3_needs_a_finite_mask():
+    _, allowed, _ = solutions.exercise_08_3_inputs()
+    unfixed = ((~allowed).float() * -1e9).half()[:, None]
+    minus_inf = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf")).half()[:, None]
+    assert math.isfinite(solution("08.3"))
+    assert math.isnan(solutions.two_attention_layers(unfixed))
+    assert not helpers.check("08.3", solutions.two_attention_layers(unfixed))
+    assert not helpers.check("08.3", solutions.two_attention_layers(minus_inf))
+    finite = torch.zeros(allowed.shape, dtype=torch.float16).masked_fill(~allowed, -1e4)[:, None]
+    assert helpers.check("08.3", solutions.two_attention_layers(finite))  # any finite fill will do
