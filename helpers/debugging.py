@@ -15,12 +15,14 @@ def _floats(values: Any) -> list[torch.Tensor]:
 
 
 def all_finite(values: Any) -> bool:
-    """True when every floating tensor in ``values`` (a tensor, or nested tuples/lists/dicts of them) is finite."""
+    """True when every floating tensor in ``values`` (a tensor, or nested tuples/lists/dicts of
+    them) is finite."""
     return all(bool(torch.isfinite(t).all()) for t in _floats(values))
 
 
 def nonfinite_kind(values: Any) -> str:
-    """'nan', 'inf' or 'finite': the worst kind of value among the floating tensors in ``values``."""
+    """'nan', 'inf' or 'finite': the worst kind of value among the floating tensors in ``values``.
+    """
     tensors = _floats(values)
     if any(bool(t.isnan().any()) for t in tensors):
         return "nan"
@@ -31,7 +33,8 @@ def nonfinite_kind(values: Any) -> str:
 
 @dataclass(frozen=True)
 class FirstNonFinite:
-    """Where the first inf/NaN appeared: the module (or op) name, what it produced, and from what inputs."""
+    """Where the first inf/NaN appeared: the module (or op) name, what it produced, and from what
+    inputs."""
 
     name: str              # module path such as "blocks.0.attention", or ATen op such as "exp"
     kind: str              # "inf" or "nan"
@@ -44,11 +47,13 @@ class FirstNonFinite:
 
 
 def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | None:
-    """Run ``model(*inputs)`` with a forward hook on every submodule; return the first module (in the order the
-    modules *finished*, so the innermost one) whose output holds inf or NaN, or None if all stayed finite.
+    """Run ``model(*inputs)`` with a forward hook on every submodule; return the first module (in
+    the order the modules *finished*, so the innermost one) whose output holds inf or NaN, or None
+    if all stayed finite.
 
-    The hooks are removed afterwards. Leaf modules finish before their parents, so the module named is the
-    smallest one that produced the bad value; functional code inside a ``forward`` shows up as that module.
+    The hooks are removed afterwards. Leaf modules finish before their parents, so the module named
+    is the smallest one that produced the bad value; functional code inside a ``forward`` shows up
+    as that module.
     """
     found: list[FirstNonFinite] = []
 
@@ -86,10 +91,11 @@ class _FirstNonFiniteOp(TorchDispatchMode):
 
 
 def first_nonfinite_op(fn: Callable[[], Any]) -> tuple[Any, FirstNonFinite | None]:
-    """Run ``fn()`` and return its result with the first ATen op whose output held inf or NaN (or None).
+    """Run ``fn()`` and return its result with the first ATen op whose output held inf or NaN (or
+    None).
 
-    Finer than :func:`first_nonfinite_module`: it names the operation (``exp``, ``mm``, ``sum``...), also in
-    backward passes and in code that is not a module.
+    Finer than :func:`first_nonfinite_module`: it names the operation (``exp``, ``mm``, ``sum``...),
+    also in backward passes and in code that is not a module.
     """
     with _FirstNonFiniteOp() as finder:
         result = fn()

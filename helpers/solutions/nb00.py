@@ -1,7 +1,8 @@
 """Solutions to notebook 00's exercises, computed with PyTorch."""
 import torch
 
-from ..formats import format_facts, logged_losses, spacing
+from ..formats import format_facts, spacing
+from ..nb00 import logged_losses
 
 
 def _bf16_running_sum_of_ones() -> float:

@@ -1,4 +1,5 @@
-"""Solutions to notebook 07's exercises, computed with PyTorch (the notebook's model, rebuilt here)."""
+"""Solutions to notebook 07's exercises, computed with PyTorch (the notebook's model, rebuilt here).
+"""
 from __future__ import annotations
 
 import torch
@@ -23,7 +24,8 @@ class Attention(nn.Module):
 
 
 class IslandAttention(Attention):
-    """The fix of exercise 07.1: scores and softmax in float32, back to the input's dtype for the values."""
+    """The fix of exercise 07.1: scores and softmax in float32, back to the input's dtype for the
+    values."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k = self.query(x).float(), self.key(x).float()
@@ -43,7 +45,8 @@ class SensorModel(nn.Module):
 
 
 def data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The notebook's raw readings, then the normalised inputs and labels of section 4 (one generator, seed 0)."""
+    """The notebook's raw readings, then the normalised inputs and labels of section 4 (one
+    generator, seed 0)."""
     generator = torch.Generator().manual_seed(0)
     readings = torch.rand(8, 32, 16, generator=generator) * 500
     inputs = torch.rand(8, 32, 16, generator=generator)
@@ -52,7 +55,8 @@ def data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def agreement(attention: type) -> int:
-    """How many of the 8 predictions of the float16 model equal the float32 model's, on the raw readings."""
+    """How many of the 8 predictions of the float16 model equal the float32 model's, on the raw
+    readings."""
     readings, _, _ = data()
     torch.manual_seed(0)
     model = SensorModel(attention=attention).eval()
@@ -63,8 +67,8 @@ def agreement(attention: type) -> int:
 
 
 def largest_finite_scale_exponent(batch: int = 64, start: int = 24) -> int:
-    """The largest k <= start for which the first scaled float16-autocast backward pass of a fresh model on a
-    normalised batch (generator seed 1) stays finite (CPU)."""
+    """The largest k <= start for which the first scaled float16-autocast backward pass of a fresh
+    model on a normalised batch (generator seed 1) stays finite (CPU)."""
     generator = torch.Generator().manual_seed(1)
     inputs = torch.rand(batch, 32, 16, generator=generator)
     labels = torch.randint(0, 4, (batch,), generator=generator)

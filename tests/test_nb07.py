@@ -1,45 +1,15 @@
-"""helpers.debugging (first inf/NaN per module and per op), helpers.guide, and notebook 07's solutions."""
+"""helpers.nb07 (the decision guide, hardware_class) and notebook 07's solutions."""
 from __future__ import annotations
 
-import pytest
+import json
+import re
+from pathlib import Path
+
 import torch
-from torch import nn
 
-from helpers import debugging, exercises, guide
-from helpers import device as device_module
+from helpers import exercises, nb07 as guide
 from helpers.speed import DtypeSpeed
-from helpers.solutions import nb07
-
-
-def test_first_nonfinite_module_names_the_innermost_culprit():
-    class Exp(nn.Module):
-        def forward(self, x):
-            return x.exp()
-
-    model = nn.Sequential(nn.Identity(), Exp(), nn.Identity())
-    found = debugging.first_nonfinite_module(model, torch.tensor([1.0, 12.0], dtype=torch.float16))
-    assert (found.name, found.kind, found.inputs_finite, found.dtype) == ("1", "inf", True, torch.float16)
-    assert "from finite inputs" in str(found)
-    assert debugging.first_nonfinite_module(model, torch.tensor([1.0, 2.0], dtype=torch.float16)) is None
-    assert all(not m._forward_hooks for m in model.modules()), "hooks must be removed"
-
-
-def test_first_nonfinite_op_sees_inside_a_module_and_backward():
-    x = torch.tensor([1.0, 12.0], dtype=torch.float16)
-    result, found = debugging.first_nonfinite_op(lambda: (x.exp() - x.exp()).sum())
-    assert found.name == "exp" and found.kind == "inf" and found.inputs_finite
-    assert result.isnan()
-    w = torch.tensor([3.0], requires_grad=True)
-    loss = (w.to(torch.float16).float() * 1e5).sum()  # finite forward; the gradient 1e5 does not fit float16
-    assert loss.isfinite()
-    _, found = debugging.first_nonfinite_op(loss.backward)
-    assert (found.name, found.kind, found.inputs_finite) == ("_to_copy", "inf", True)
-
-
-def test_nonfinite_kind_prefers_nan():
-    assert debugging.nonfinite_kind([torch.tensor([1.0]), torch.tensor([float("inf"), float("nan")])]) == "nan"
-    assert debugging.nonfinite_kind(torch.tensor([float("-inf")])) == "inf"
-    assert debugging.nonfinite_kind({"a": torch.ones(2), "b": torch.arange(3)}) == "finite"
+from helpers.solutions import nb07 as solutions
 
 
 def _profile(bf16_matmul: float) -> dict[str, DtypeSpeed]:
@@ -64,24 +34,51 @@ def test_guide_table_marks_one_row_and_names_its_backing():
     table = guide.guide_markdown(highlight="cpu-avx2")
     assert table.count("← this machine") == 1 and len(table.splitlines()) == 2 + len(guide.GUIDE)
     assert all(advice.backed_by for advice in guide.GUIDE.values())
+    assert "Batch 1 / decoding (memory-bound)" in table and "Batched inference (compute-bound)" in table
+
+
+def test_guide_separates_decoding_from_batched_work_on_an_emulating_cpu():
+    avx2 = guide.GUIDE["cpu-avx2"]
+    assert "16-bit weights" in avx2.decoding and "crossover" in avx2.decoding
+    assert avx2.batched.startswith("float32") and "crossover" in avx2.batched
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEED_TEXTS = ["helpers/speed.py", "helpers/nb00.py", "helpers/nb07.py", "helpers/device.py",
+               "notebooks/00_setup_and_number_formats.ipynb", "notebooks/07_choosing_and_troubleshooting.ipynb"]
+
+
+def slow_claims_without_a_regime(text: str) -> list[str]:
+    """Sentences that call 16-bit matmuls (or 16-bit math) slow without naming the batch or intensity."""
+    sentences = re.split(r"(?<=[.;!?])\s+|\n\n", text)
+    return [s for s in sentences if re.search(r"slow", s, re.I) and re.search(r"\b(16-bit|bf16|fp16|b?float16|matmuls?)\b", s)
+            and not re.search(r"batch|FLOP|intensity|compute-bound|crossover|memory-bound|\{", s)]
+
+
+def test_no_sentence_calls_16_bit_matmuls_slow_without_naming_where():
+    assert slow_claims_without_a_regime("On a laptop, bf16 matmuls are about 100x slower.")
+    assert not slow_claims_without_a_regime("Above batch 16, bf16 matmuls are slower.")
+    for name in SPEED_TEXTS:
+        text = (ROOT / name).read_text()
+        if name.endswith(".ipynb"):
+            text = "\n\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        assert slow_claims_without_a_regime(text) == [], name
 
 
 def test_solution_07_1_the_island_fixes_it_and_the_broken_model_does_not():
-    assert nb07.agreement(nb07.IslandAttention) == 8 == exercises.solution("07.1")
-    assert not exercises._matches(nb07.agreement(nb07.Attention), exercises.solution("07.1"), 0.0)
+    assert solutions.agreement(solutions.IslandAttention) == 8 == exercises.solution("07.1")
+    assert not exercises._matches(solutions.agreement(solutions.Attention), exercises.solution("07.1"), 0.0)
 
 
 def test_solution_07_2_is_the_boundary_of_overflow():
     k = exercises.solution("07.2")
     assert k < 24
-    assert nb07.largest_finite_scale_exponent(start=k) == k
-    assert nb07.largest_finite_scale_exponent(start=k + 1) == k  # k + 1 overflows
+    assert solutions.largest_finite_scale_exponent(start=k) == k
+    assert solutions.largest_finite_scale_exponent(start=k + 1) == k  # k + 1 overflows
 
 
 def _section_refs(text: str) -> list[tuple[str, str]]:
     """("03", "6") for each "03 §6" (and "04 §1–3" -> 1 and 3, "06 §6–7, §8") reference in ``text``."""
-    import re
-
     refs = []
     for notebook, sections in re.findall(r"\b(0\d) ((?:§[\w]+(?:[–-]\d+)?(?:, )?)+)", text):
         for section in re.findall(r"§(\w+)", sections) + re.findall(r"[–-](\d+)", sections):
@@ -90,8 +87,6 @@ def _section_refs(text: str) -> list[tuple[str, str]]:
 
 
 def test_guide_and_notebook_07_point_at_sections_that_exist():
-    from pathlib import Path
-
     from tools.course_stats import notebook_path, section_stats
 
     texts = [Path(guide.__file__).read_text(),
