@@ -15,14 +15,13 @@ import torch
 
 
 def _import_cpp_extension_quietly() -> None:
-    """Import ``torch.utils.cpp_extension`` (``torch.utils.benchmark`` imports it) without the "No
-    CUDA runtime is found" line torch 2.4 prints where a CUDA toolkit has no GPU."""
+    """Import ``torch.utils.cpp_extension`` without torch 2.4's "No CUDA runtime" line."""
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     captured = io.StringIO()
     with contextlib.redirect_stderr(captured):
         import torch.utils.cpp_extension  # noqa: F401
     lines = captured.getvalue().splitlines(keepends=True)
-    sys.stderr.write("".join(line for line in lines if not line.startswith("No CUDA runtime is found")))
+    sys.stderr.write("".join(line for line in lines if not line.startswith("No CUDA runtime")))
 
 
 _import_cpp_extension_quietly()
@@ -45,9 +44,7 @@ def _device_available(device_type: str) -> bool:
 
 
 def pick_device(preferred: str | torch.device | None = None) -> torch.device:
-    """``preferred`` after checking it, or the best available device (CUDA, then MPS, then CPU):
-    ``ValueError`` for a device type the course does not know, ``RuntimeError`` for one this machine
-    lacks. Taught in notebook 00 §1."""
+    """``preferred`` after checking it, or the best device (CUDA, MPS, CPU); notebook 00 §1."""
     if preferred is None:
         return torch.device(next((t for t in ("cuda", "mps") if _device_available(t)), "cpu"))
     choices = f"use one of {', '.join(KNOWN_DEVICE_TYPES)}, or pick_device() for the best one"
@@ -58,16 +55,13 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
     if device.type not in KNOWN_DEVICE_TYPES:
         raise ValueError(f"Device type {device.type!r} is not covered by this course: {choices}.")
     if not _device_available(device.type):
-        raise RuntimeError(f"No {device.type} device is available on this machine: use 'cpu', or "
-                           "pick_device().")
+        raise RuntimeError(f"No {device.type} device is available on this machine: use 'cpu'.")
     return device
 
 
 def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
-    """The low-precision dtypes ``torch.amp.autocast(device_type, dtype=...)`` accepts here: CPU
-    bf16 (and fp16 from torch 2.2); CUDA fp16, and bf16 where ``is_bf16_supported()`` says so
-    (emulation included: the course *recommends* :func:`autocast_dtype`); MPS what this torch
-    offers."""
+    """The dtypes ``torch.amp.autocast(device_type, dtype=...)`` accepts here (CUDA: bf16 also where
+    emulated; what the course *recommends* is :func:`autocast_dtype`). Notebook 03 §2."""
     if device_type == "cpu":
         fp16 = _version_at_least(torch.__version__, (2, 2))
         return (torch.bfloat16, torch.float16) if fp16 else (torch.bfloat16,)
@@ -77,24 +71,22 @@ def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
     if device_type == "mps":
         is_available = getattr(torch.amp.autocast_mode, "is_autocast_available", None)
         return (torch.float16,) if is_available is not None and is_available("mps") else ()
-    raise ValueError(f"Unknown device type {device_type!r}: use one of {', '.join(KNOWN_DEVICE_TYPES)}")
+    raise ValueError(f"Unknown device type {device_type!r}: use one of {KNOWN_DEVICE_TYPES}")
 
 
 def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
-    """``dtype`` if autocast on ``device_type`` supports it, else a ``ValueError`` naming the fix
-    (CPU autocast only *warns* and disables itself; CUDA raises). Taught in notebook 03 §2."""
+    """``dtype`` if autocast on ``device_type`` supports it, else a ``ValueError`` (CPU autocast
+    would only warn and disable itself). Taught in notebook 03 §2."""
     supported = supported_autocast_dtypes(device_type)
     if dtype not in supported:
         raise ValueError(f"autocast on {device_type!r} cannot use {dtype} with torch "
-                         f"{torch.__version__}: it supports {', '.join(map(str, supported))}. Use "
-                         f"autocast_dtype({device_type!r}).")
+                         f"{torch.__version__}: it supports {supported}. See autocast_dtype().")
     return dtype
 
 
 def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
-    """True for an NVIDIA GPU with bf16 tensor cores (sm_80 on). Not
-    ``torch.cuda.is_bf16_supported()``, which by default also says True on a V100 or T4, where bf16
-    runs without tensor cores."""
+    """True for an NVIDIA GPU with bf16 tensor cores (sm_80 on; ``is_bf16_supported()`` also says
+    True on a V100 or T4). Taught in notebook 03 §2."""
     if not torch.cuda.is_available():
         return False
     if getattr(torch.version, "hip", None):  # ROCm: AMD GPUs report their own support
@@ -103,23 +95,20 @@ def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
 
 
 def autocast_dtype(device: str | torch.device) -> torch.dtype:
-    """The autocast dtype the course uses on ``device``: CPU bfloat16 (whether it is *fast* is what
-    :func:`helpers.speed_profile` measures); CUDA bfloat16 from sm_80, float16 before (with a
-    ``GradScaler``); MPS float16. ``ValueError`` where this torch has no autocast for the device.
-    Taught in notebook 00 §1."""
+    """The course's autocast dtype on ``device``: CPU bf16 (whether it is *fast*:
+    :func:`helpers.speed_profile`), CUDA bf16 from sm_80, fp16 before; MPS fp16. Notebook 00 §1."""
     device = torch.device(device)
     supported = supported_autocast_dtypes(device.type)
     if not supported:
-        raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: upgrade it "
-                         "or use 'cpu'.")
+        raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: "
+                         "upgrade it or use 'cpu'.")
     if device.type == "cuda":
         return torch.bfloat16 if cuda_native_bf16(device) else torch.float16
     return torch.bfloat16 if torch.bfloat16 in supported else supported[0]
 
 
 def needs_grad_scaler(amp_dtype: torch.dtype | None) -> bool:
-    """True for float16 only (bf16 has float32's range): training then needs a ``GradScaler``
-    (notebook 04)."""
+    """True for float16 (bf16 has float32's range): training needs a ``GradScaler``; notebook 04."""
     return amp_dtype == torch.float16
 
 
@@ -129,8 +118,7 @@ LEGACY_TF32 = ("torch.get_float32_matmul_precision()", "torch.backends.cuda.matm
 
 
 def _new_tf32_api() -> list[tuple[str, object]]:
-    """``(name, holder)`` of each ``fp32_precision`` setting, top level first ([] before torch 2.9).
-    """
+    """``(name, holder)`` of each ``fp32_precision`` setting, top level first (torch >= 2.9)."""
     holders = []
     for suffix in ("", ".cuda.matmul", ".cudnn", ".cudnn.conv", ".cudnn.rnn"):
         holder = torch.backends
@@ -152,9 +140,8 @@ def _legacy_tf32() -> tuple[str, bool, bool] | None:
 
 
 def tf32_settings() -> dict[str, object]:
-    """The TF32 environment variables, then this torch's switches and their values now: the new
-    ``fp32_precision`` API where it exists, the legacy view where torch can read it. Notebook 00 §9.
-    """
+    """The TF32 environment variables and this torch's switches now: the new ``fp32_precision`` API
+    where it exists, the legacy view where torch can read it. Taught in notebook 00 §9."""
     settings: dict[str, object] = {name: os.environ.get(name, "unset") for name in TF32_ENV}
     settings.update({name: holder.fp32_precision for name, holder in _new_tf32_api()})
     unreadable = ["unreadable (fp32_precision set: mixing APIs raises)"] * 3
@@ -164,14 +151,11 @@ def tf32_settings() -> dict[str, object]:
 
 @contextlib.contextmanager
 def tf32_flags(enabled: bool) -> Iterator[None]:
-    """TF32 for CUDA matmuls and cuDNN on or off inside the block, then the settings as they were.
-
-    Saves the new ``fp32_precision`` settings (reading ``allow_tf32`` raises once they were used)
-    and the legacy view where torch can read it; sets with the ``allow_tf32`` setters, which keep
-    both views in step, so legacy readers in the block work; restores the legacy view, then the new
-    settings. No effect on a CPU. Taught in notebook 00 §9.
-    """
+    """TF32 for CUDA matmuls and cuDNN on or off inside the block, then the settings as they were:
+    saves the new settings and the legacy view (where readable), sets with the legacy setters (they
+    keep both views in step, so legacy readers work), restores both. Taught in notebook 00 §9."""
     new, legacy = [(holder, holder.fp32_precision) for _, holder in _new_tf32_api()], _legacy_tf32()
+    torch.set_float32_matmul_precision("high" if enabled else "highest")  # both views in step
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
     try:
         yield
@@ -196,8 +180,7 @@ class AutocastState(NamedTuple):
 
 
 def autocast_state(device_type: str = "cpu") -> AutocastState:
-    """The calling thread's autocast state for ``device_type`` (thread-local; the device-generic
-    functions where this torch has them). Taught in notebook 05 §3."""
+    """The calling thread's autocast state for ``device_type`` (thread-local); notebook 05 §3."""
     try:
         return AutocastState(torch.is_autocast_enabled(device_type),
                              torch.get_autocast_dtype(device_type))
@@ -216,9 +199,8 @@ def cpu_flags() -> set[str]:
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:
-    """For float32/bfloat16/float16: what the hardware *reports* (x86 CPU flags, a GPU's compute
-    capability; "unknown: measure" on other CPUs), which explains :func:`helpers.speed_profile`'s
-    verdict. Taught in notebook 00 §1."""
+    """Per dtype, what the hardware *reports* (x86 CPU flags, a GPU's capability), which explains
+    :func:`helpers.speed_profile`'s verdict. Taught in notebook 00 §1."""
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
@@ -242,9 +224,9 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
         found = sorted(set(instructions) & cpu_flags())
         report[name] = (
             f"CPU reports {short} instructions ({', '.join(found)}): oneDNN kernels can use them"
-            if found else f"CPU reports no {'/'.join(instructions)}: {short} math is emulated through "
-            "fp32 (compute-bound work, above the crossover batch of 00 §2, much SLOWER; memory-bound "
-            "ops and batch-1 layers still gain from half the bytes)")
+            if found else f"CPU reports no {'/'.join(instructions)}: {short} math is emulated "
+            "through fp32 (compute-bound work, above the crossover batch of 00 §2, much SLOWER; "
+            "memory-bound ops and batch-1 layers still gain from half the bytes)")
     return report
 
 

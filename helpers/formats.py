@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 COURSE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# 8-bit floats (torch >= 2.1, on CPU too): a storage format here; fp8 matmuls run on Hopper/Ada tensor cores.
+# 8-bit floats (torch >= 2.1, on CPU too): storage here; fp8 matmuls run on Ada/Hopper tensor cores
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 ALL_FORMATS = COURSE_DTYPES + FP8_DTYPES
 _INT_VIEW = {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
@@ -26,7 +26,6 @@ class FormatFacts:
     smallest_normal: float
     smallest_subnormal: float
     eps: float  # spacing between 1.0 and the next representable number
-    decimal_digits: int
 
     @property
     def max_exact_integer(self) -> int:
@@ -41,21 +40,14 @@ def format_facts(dtype: torch.dtype) -> FormatFacts:
     info = torch.finfo(dtype)
     mantissa_bits = -int(math.log2(info.eps))
     return FormatFacts(
-        name=str(dtype).removeprefix("torch."),
-        bits=info.bits,
-        exponent_bits=info.bits - 1 - mantissa_bits,
-        mantissa_bits=mantissa_bits,
-        max=float(info.max),
-        smallest_normal=float(info.smallest_normal),
-        smallest_subnormal=float(info.smallest_normal) * float(info.eps),
-        eps=float(info.eps),
-        decimal_digits=round(-math.log10(info.resolution)),
-    )
+        name=str(dtype).removeprefix("torch."), bits=info.bits,
+        exponent_bits=info.bits - 1 - mantissa_bits, mantissa_bits=mantissa_bits,
+        max=float(info.max), smallest_normal=float(info.smallest_normal),
+        smallest_subnormal=float(info.smallest_normal) * float(info.eps), eps=float(info.eps))
 
 
 def bit_fields(value: float, dtype: torch.dtype) -> tuple[str, str, str]:
-    """The sign, exponent and mantissa bits of ``value`` stored as ``dtype``, as strings of 0 and 1.
-    """
+    """The sign, exponent and mantissa bits of ``value`` stored as ``dtype``, as "0"/"1" strings."""
     facts = format_facts(dtype)
     raw = torch.tensor([value], dtype=torch.float64).to(dtype).view(_INT_VIEW[facts.bits]).item()
     bits = format(raw & ((1 << facts.bits) - 1), f"0{facts.bits}b")
@@ -63,20 +55,14 @@ def bit_fields(value: float, dtype: torch.dtype) -> tuple[str, str, str]:
 
 
 def round_trip(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """Store ``values`` as ``dtype`` and read them back as float64 (what the format actually keeps).
-    """
+    """``values`` stored as ``dtype``, read back as float64: what the format actually keeps."""
     return torch.as_tensor(values, dtype=torch.float64).to(dtype).to(torch.float64)
 
 
 def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """Gap from each value (rounded to ``dtype``) to the next representable ``dtype`` number, as
-    float64.
-
-    Infinity where there is no next finite number: past the largest finite value, and at it (the
-    next bit pattern is ``inf``, or NaN for ``float8_e4m3fn``, which has no infinity). The next
-    number is found by adding one to the bit pattern read as an integer, so this works for the 8-bit
-    formats too (``torch.nextafter`` does not support them).
-    """
+    """Gap from each value (rounded to ``dtype``) to the next ``dtype`` number, as float64; ``inf``
+    where there is no next finite one. Adds one to the bit pattern, so it works for fp8 too
+    (``torch.nextafter`` does not). Taught in notebook 00 §4."""
     magnitude = torch.as_tensor(values, dtype=torch.float64).abs()
     stored = magnitude.to(dtype)
     following = (stored.view(_INT_VIEW[format_facts(dtype).bits]) + 1).view(dtype).to(torch.float64)
@@ -85,14 +71,8 @@ def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
 
 
 def round_mantissa(x: torch.Tensor, bits: int, *, truncate: bool = False) -> torch.Tensor:
-    """Round float32 ``x`` to ``bits`` mantissa bits, keeping float32's exponent range (result:
-    float32).
-
-    Round to nearest, ties to even (what ``.to(torch.bfloat16)`` does for ``bits=7``), or drop the
-    low bits when ``truncate`` is True. ``bits=10`` emulates TF32, the format NVIDIA tensor cores
-    (Ampere and later) read float32 matmul inputs in. Infinities and NaNs are kept; a value that
-    rounds past float32's largest finite number becomes ``inf``, as in any IEEE rounding.
-    """
+    """Float32 ``x`` rounded (to nearest, ties to even; or truncated) to ``bits`` mantissa bits,
+    float32's range kept: ``bits=10`` emulates TF32, ``bits=7`` equals bf16. Notebook 00 §9."""
     if x.dtype != torch.float32:
         raise TypeError(f"round_mantissa expects float32, got {x.dtype}")
     if not 0 <= bits <= 23:
@@ -101,7 +81,7 @@ def round_mantissa(x: torch.Tensor, bits: int, *, truncate: bool = False) -> tor
     if drop == 0:
         return x.clone()
     raw = x.view(torch.int32)
-    if not truncate:  # add just under half a unit of the kept last bit, plus 1 if that bit is odd (ties to even)
+    if not truncate:  # just under half a unit of the last kept bit, +1 if it is odd: ties to even
         raw = raw + ((1 << (drop - 1)) - 1) + ((raw >> drop) & 1)
     rounded = (raw & ~((1 << drop) - 1)).view(torch.float32)
     return torch.where(x.isfinite(), rounded, x)

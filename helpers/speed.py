@@ -1,6 +1,5 @@
-"""How fast each 16-bit dtype is here, measured (:func:`speed_profile`), work sized to it
-(:func:`workload`), and what to use per workload shape (:func:`recommendation`); notebook 00 §1-2.
-"""
+"""How fast each 16-bit dtype is here (:func:`speed_profile`), work sized to it (:func:`workload`),
+what to use per workload shape (:func:`recommendation`). Taught in notebook 00 §1-2."""
 from __future__ import annotations
 
 import functools
@@ -60,8 +59,7 @@ def speed_verdict(matmul_speedup: float, elementwise_speedup: float, matmul_n: i
 
 def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache"),
                            default: int = 32 << 20) -> int:
-    """The largest CPU cache, read from Linux's sysfs; ``default`` (32 MiB) where it cannot be read.
-    """
+    """The largest CPU cache, from Linux's sysfs; ``default`` (32 MiB) where it cannot be read."""
     sizes = []
     for path in root.glob("index*/size"):
         text = path.read_text().strip().upper()
@@ -118,8 +116,7 @@ def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
 
 
 def _machine_key(device: torch.device, matmul_n: int, elementwise_n: int) -> str:
-    """What a cached profile is valid for: the benchmark's version, the hardware, the kernels torch
-    may use, the thread count, the sizes."""
+    """What a cached profile is valid for: benchmark version, hardware, kernels, threads, sizes."""
     if device.type == "cuda":
         capability = "sm_%d%d" % torch.cuda.get_device_capability(device)
         hardware = f"{torch.cuda.get_device_name(device)} {capability}"
@@ -197,14 +194,10 @@ class Recommendation:
 
 
 def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
-    """What to use on ``device`` for decoding, batched inference and training, from ``profile``.
-
-    Batched work and training: the 16-bit dtype whose compute-bound matmuls are fast, bfloat16
-    unless float16 is more than 10 % faster (float16 needs a ``GradScaler``); on CUDA always
-    :func:`helpers.autocast_dtype`'s (fp16 on a V100 or T4); float32 where neither is fast.
-    Decoding: 16-bit weights wherever half the bytes measured faster, emulated arithmetic or not.
-    Only dtypes that autocast accepts on the device. Taught in notebook 00 §2 and notebook 07 §1.
-    """
+    """What to use on ``device`` per workload shape, from ``profile``: for batched work and training
+    the 16-bit dtype with fast compute-bound matmuls (bf16 unless fp16 is >10 % faster; on CUDA
+    :func:`helpers.autocast_dtype`'s), else float32; for decoding 16-bit weights wherever half the
+    bytes measured faster. Only dtypes autocast accepts there. Notebook 00 §1, notebook 07 §1."""
     device = torch.device(device)
     allowed = [str(d)[6:] for d in supported_autocast_dtypes(device.type)]
     fast = [n for n in ("bfloat16", "float16") if n in allowed and profile[n].compute_is_fast]

@@ -143,6 +143,8 @@ def test_tf32_settings_report_the_defaults_this_environment_gives():
 def test_the_ngc_variable_turns_tf32_on_at_startup_and_strict_fp32_still_turns_it_off():
     code = ("import torch, helpers\n"
             "before = helpers.device.tf32_settings()\n"
+            "with helpers.strict_fp32():  # a learner's new-API setting inside a block\n"
+            "    torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
             "with helpers.strict_fp32():\n"
             "    inside = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())\n"
             "print(before['torch.backends.cuda.matmul.allow_tf32'], before['torch.get_float32_matmul_precision()'],"

@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from helpers import check, nb00 as lab
-from helpers.speed import DtypeSpeed, speed_verdict
 
 SIZE = 4096
 
@@ -50,25 +49,14 @@ def test_the_crossover_and_the_finding_follow_the_measurement():
     assert "at every batch measured, 1 to 64" in str(native)
     assert "slower than float32 from batch 1; batch 1: 0.50x, below the ridge" in str(native)
     assert "overhead-bound: a float32 add of 1,024 elements takes 2.0 us, 6.1 GB/s: 15% of" in str(native)
+    noisy = lab.Roofline.from_points(sweep(bf16={1: 7.6, 4: 1.8}, fp16={1: 1.9}))
+    assert "(batch 1: 7.60x: more than half the bytes allow, noise: run again)" in str(noisy)
+    assert "(batch 1: 1.90x)" in str(noisy)
 
 
 def test_sweep_sizes_stream_past_the_cache_and_reach_the_compute_bound_regime():
     size, batches, elements = lab.sweep_sizes("cpu")
     assert size * size * 2 >= 32 << 20 and batches[0] == 1 and batches[-1] >= 64 and elements >= 1 << 22
-
-
-def test_cpu_threads_restores_the_thread_count():
-    threads = torch.get_num_threads()
-    with lab.cpu_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == threads
-
-
-def test_verdict_table_puts_measurement_before_report():
-    profile = {"float32": DtypeSpeed("float32", 1.0, 1.0, "the baseline"),
-               "bfloat16": DtypeSpeed("bfloat16", 0.01, 1.7, speed_verdict(0.01, 1.7))}
-    lines = lab.verdict_table(profile, {"bfloat16": "CPU reports no avx512_bf16"}).splitlines()
-    assert "measured: emulated" in lines[2] and "reported: CPU reports no avx512_bf16" in lines[3]
 
 
 def test_format_and_bit_tables_name_every_format():

@@ -29,6 +29,6 @@ SOLUTIONS = {
 }
 
 # 00.3 is printed rounded to three digits (5.96e-08): accept that.
-# 00.4: a fix may keep a float16 result (torch.sum, then a division): two roundings of at most 2**-11 each,
-# so 2e-3 accepts every correct fix; the broken float16 running sum is off by more than half.
+# 00.4: a fix may keep a float16 result (torch.sum, then a division): two roundings of at most
+# 2**-11 each, so 2e-3 accepts every correct fix; the broken float16 running sum is off by half.
 TOLERANCES = {"00.3": 1e-3, "00.4": 2e-3}

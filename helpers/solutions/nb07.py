@@ -87,6 +87,6 @@ def largest_finite_scale_exponent(batch: int = 64, start: int = 24) -> int:
 SOLUTIONS = {
     # 07.1: predictions of the float16 model with a float32 island that agree with float32 (of 8)
     "07.1": lambda: agreement(IslandAttention),
-    # 07.2: largest power-of-two exponent of the loss scale whose first backward pass (batch 64) stays finite
+    # 07.2: largest exponent k of a loss scale 2**k keeping the first backward (batch 64) finite
     "07.2": largest_finite_scale_exponent,
 }
