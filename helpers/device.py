@@ -190,12 +190,33 @@ def autocast_state(device_type: str = "cpu") -> AutocastState:
         return AutocastState(torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
 
 
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Send what C++ code writes to stderr (file descriptor 2) to nowhere inside the block: e.g. the
+    profiler's start/stop lines of torch >= 2.10, which a notebook would show. Notebook 00 §9."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved), os.close(null)
+
+
 def cpu_flags() -> set[str]:
     """CPU feature flags from /proc/cpuinfo (empty where that file does not exist, e.g. macOS)."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     flags = [line.split(":", 1)[1].split() for line in lines if line.startswith("flags")]
     return set(flags[0]) if flags else set()
+
+
+def tensor_cores(device: str | torch.device = "cuda") -> bool:
+    """True for an NVIDIA GPU with tensor cores: sm_70 on, except Turing's GTX 16xx (sm_75 without
+    them, NVIDIA's TU116/TU117 datasheets). Notebook 07 §1."""
+    major = torch.cuda.get_device_capability(device)[0]
+    return major >= 7 and "GTX 16" not in torch.cuda.get_device_name(device)
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:
@@ -205,11 +226,13 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         name, sm = torch.cuda.get_device_name(device), f"sm_{major}{minor}"
+        fast = tensor_cores(device)
+        rate = {(6, 0): "2x", (6, 1): "1/64 of", (7, 5): "2x"}.get((major, minor), "a share of")
         tf32 = "; TF32 tensor cores if enabled" if major >= 8 else ""
         return {"float32": f"{name}: full speed FP32{tf32}",
-                "float16": f"{name}: tensor cores ({sm}), fast" if major >= 7
-                else f"{name}: no tensor cores ({sm}); little gain",
-                "bfloat16": f"{name}: tensor cores ({sm}), fast" if major >= 8
+                "float16": f"{name}: tensor cores ({sm}), fast" if fast else f"{name}: no tensor "
+                f"cores ({sm}); fp16 at {rate} the fp32 rate (datasheet): not fast, measure",
+                "bfloat16": f"{name}: tensor cores ({sm}), fast" if fast and major >= 8
                 else f"{name}: not supported natively before sm_80"}
     if device.type == "mps":
         return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: fast",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .device import cuda_native_bf16
+from .device import cuda_native_bf16, tensor_cores
 from .speed import DtypeSpeed, speed_profile
 
 CLASSES = ("cpu-avx2", "cpu-bf16", "mps", "cuda-fp32", "cuda-fp16", "cuda-bf16")
@@ -17,7 +17,7 @@ def hardware_class(device: str | torch.device, profile: dict[str, DtypeSpeed] | 
     if device.type == "cuda":
         if cuda_native_bf16(device):
             return "cuda-bf16"
-        return "cuda-fp16" if torch.cuda.get_device_capability(device)[0] >= 7 else "cuda-fp32"
+        return "cuda-fp16" if tensor_cores(device) else "cuda-fp32"
     if device.type == "mps":
         return "mps"
     if device.type != "cpu":

@@ -22,6 +22,7 @@ def test_hardware_class_comes_from_measurement_on_cpu_and_capability_on_cuda(mon
     assert guide.hardware_class("cpu", _profile(2.5)) == "cpu-bf16"
     assert guide.hardware_class("cpu", _profile(0.01)) == "cpu-avx2"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA test GPU")
     for capability, expected in (((6, 1), "cuda-fp32"), ((7, 0), "cuda-fp16"), ((7, 5), "cuda-fp16"), ((8, 0), "cuda-bf16"),
                                  ((8, 9), "cuda-bf16"), ((9, 0), "cuda-bf16")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)

@@ -158,9 +158,20 @@ def test_fast_dtypes_explains_from_the_compute_capability(fake_cuda, gpu):
     assert ("TF32" in verdicts["float32"]) is gpu.native_bf16
 
 
-def test_fast_dtypes_on_a_gpu_without_tensor_cores(fake_cuda):
-    fake_cuda(Gpu("Tesla P100-PCIE-16GB", (6, 0), None))
-    assert "no tensor cores (sm_60)" in helpers.fast_dtypes("cuda")["float16"]
+@pytest.mark.parametrize("gpu, rate", [(Gpu("Tesla P100-PCIE-16GB", (6, 0), None), "2x"),
+                                       (Gpu("NVIDIA GeForce GTX 1080", (6, 1), None), "1/64 of"),
+                                       (Gpu("NVIDIA GeForce GTX 1660 SUPER", (7, 5), None), "2x")])
+def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
+    """GTX 16xx is sm_75 like a T4 but has no tensor cores; P100 runs fp16 at 2x fp32, GTX 10xx at
+    1/64 (datasheets): neither is "fast", and the guide puts all three on its float32 row."""
+    fake_cuda(gpu)
+    verdicts = helpers.fast_dtypes("cuda")
+    sm = "sm_%d%d" % gpu.capability
+    assert f"no tensor cores ({sm}); fp16 at {rate} the fp32 rate (datasheet)" in verdicts["float16"]
+    assert not any(f"({sm}), fast" in verdicts[name] for name in ("float16", "bfloat16"))
+    assert helpers.device.tensor_cores() is False and guide.hardware_class("cuda") == "cuda-fp32"
+    fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
+    assert helpers.device.tensor_cores() is True and guide.hardware_class("cuda") == "cuda-fp16"
 
 
 @pytest.mark.parametrize("gpu", [GPUS[1], GPUS[-1]], ids=ids([GPUS[1], GPUS[-1]]))
