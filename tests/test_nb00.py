@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers import check, nb00 as lab
+from helpers import check, exercises, nb00 as lab
 
 SIZE = 4096
 
@@ -67,17 +67,26 @@ def test_format_and_bit_tables_name_every_format():
 
 # --- exercise 00.4 (fix the code): a float16 running mean ---
 
-def _running_mean(dtype: torch.dtype) -> float:
-    losses = lab.logged_losses()
-    total = torch.zeros((), dtype=dtype)
-    for loss in losses:
-        total = total + loss
-    return (total / len(losses)).item()
+grade = getattr(exercises, "grade", check)  # True/False (None: not answered), printing or not
 
 
-def test_exercise_00_4_broken_code_is_rejected_and_fixes_are_accepted():
-    assert check("00.4", _running_mean(torch.float16)) is False  # the code as given: the fp16 sum stalls
-    assert check("00.4", _running_mean(torch.float32)) is True  # fix 1: a float32 accumulator
+def running_mean(dtype: torch.dtype):
+    """The exercise's loop, with its running total in ``dtype`` (float16: the code as given)."""
+    def mean_of(losses: torch.Tensor) -> float:
+        total = torch.zeros((), dtype=dtype)
+        for loss in losses:
+            total = total + loss
+        return (total / len(losses)).item()
+    return mean_of
+
+
+def test_exercise_00_4_wrong_answers_are_not_yet_and_fixes_are_accepted():
     losses = lab.logged_losses()
-    assert check("00.4", (losses.sum() / len(losses)).item()) is True  # fix 2: torch.sum (fp32 inside)
-    assert check("00.4", losses.float().mean().item()) is True
+    wrong = [running_mean(torch.float16), 2.3, losses.float().median().item(),  # the given code;
+             running_mean(torch.float32)(losses),  # the text's "about 2.3"; the median; a number,
+             lambda l: 2.3, lambda l: l.float().median().item()]  # not the repaired function
+    assert [grade("00.4", answer) for answer in wrong] == [False] * len(wrong)
+    fixes = [running_mean(torch.float32), running_mean(torch.float64),  # a float32 accumulator
+             lambda l: (l.sum() / len(l)).item(), lambda l: l.mean().item(),  # one reduction
+             lambda l: l.float().mean().item()]
+    assert [grade("00.4", answer) for answer in fixes] == [True] * len(fixes)

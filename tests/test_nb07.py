@@ -72,9 +72,25 @@ def test_no_sentence_calls_16_bit_matmuls_slow_without_naming_where():
         assert slow_claims_without_a_regime(text) == [], name
 
 
-def test_solution_07_1_the_island_fixes_it_and_the_broken_model_does_not():
-    assert solutions.agreement(solutions.IslandAttention) == 8 == exercises.solution("07.1")
-    assert not exercises._matches(solutions.agreement(solutions.Attention), exercises.solution("07.1"), 0.0)
+class Rescaled(solutions.Attention):  # the 1/sqrt(d) the exercise rules out, in a float32 island
+    def forward(self, x):
+        q, k = self.query(x).float() / 128**0.5, self.key(x).float()
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1).to(x.dtype) @ self.value(x)
+
+
+class CastTooLate(solutions.Attention):  # float32 after the float16 product: the inf exists
+    def forward(self, x):
+        scores = (self.query(x) @ self.key(x).transpose(-2, -1)).float()
+        return torch.softmax(scores, dim=-1).to(x.dtype) @ self.value(x)
+
+
+def test_exercise_07_1_judges_the_repaired_class_not_a_typed_number():
+    grade = getattr(exercises, "grade", exercises.check)
+    assert solutions.agreement(solutions.IslandAttention) == 8  # the fix agrees on every reading
+    assert solutions.agreement(Rescaled) == 8  # ... and so does the forbidden rescaling: hence
+    wrong = [8, solutions.Attention, Rescaled, CastTooLate]  # the check looks at the class
+    assert [grade("07.1", answer) for answer in wrong] == [False] * len(wrong)
+    assert grade("07.1", solutions.IslandAttention) is True
 
 
 def test_solution_07_2_is_the_boundary_of_overflow():
