@@ -118,7 +118,7 @@ LEGACY_TF32 = ("torch.get_float32_matmul_precision()", "torch.backends.cuda.matm
 
 
 def _new_tf32_api() -> list[tuple[str, object]]:
-    """``(name, holder)`` of each ``fp32_precision`` setting, top level first (torch >= 2.9)."""
+    """``(name, holder)`` of each ``fp32_precision`` setting (torch >= 2.9)."""
     holders = []
     for suffix in ("", ".cuda.matmul", ".cudnn", ".cudnn.conv", ".cudnn.rnn"):
         holder = torch.backends
@@ -140,8 +140,7 @@ def _legacy_tf32() -> tuple[str, bool, bool] | None:
 
 
 def tf32_settings() -> dict[str, object]:
-    """The TF32 environment variables and this torch's switches now: the new ``fp32_precision`` API
-    where it exists, the legacy view where torch can read it. Taught in notebook 00 §9."""
+    """The TF32 environment variables and switches (new API; legacy view if readable)."""
     settings: dict[str, object] = {name: os.environ.get(name, "unset") for name in TF32_ENV}
     settings.update({name: holder.fp32_precision for name, holder in _new_tf32_api()})
     unreadable = ["unreadable (fp32_precision set: mixing APIs raises)"] * 3
@@ -151,9 +150,8 @@ def tf32_settings() -> dict[str, object]:
 
 @contextlib.contextmanager
 def tf32_flags(enabled: bool) -> Iterator[None]:
-    """TF32 for CUDA matmuls and cuDNN on or off inside the block, then the settings as they were:
-    saves the new settings and the legacy view (where readable), sets with the legacy setters (they
-    keep both views in step, so legacy readers work), restores both. Taught in notebook 00 §9."""
+    """TF32 for CUDA matmuls and cuDNN on or off inside the block (legacy setters: both views in
+    step), then both views as they were. Taught in notebook 00 §9."""
     new, legacy = [(holder, holder.fp32_precision) for _, holder in _new_tf32_api()], _legacy_tf32()
     torch.set_float32_matmul_precision("high" if enabled else "highest")  # both views in step
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
@@ -192,8 +190,7 @@ def autocast_state(device_type: str = "cpu") -> AutocastState:
 
 @contextlib.contextmanager
 def quiet_native_stderr() -> Iterator[None]:
-    """Send what C++ code writes to stderr (file descriptor 2) to nowhere inside the block: e.g. the
-    profiler's start/stop lines of torch >= 2.10, which a notebook would show. Notebook 00 §9."""
+    """Drop what C++ code writes to stderr (fd 2) in the block (profiler logs). Notebook 00 §2."""
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)

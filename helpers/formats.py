@@ -1,5 +1,4 @@
-"""Facts about floating-point formats, computed from ``torch.finfo`` (nothing typed in by hand);
-notebook 00 §3-4 teaches them."""
+"""Facts about floating-point formats, computed from ``torch.finfo``; notebook 00 §3-4."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,4 @@
-"""Notebook 00's scaffolding: the roofline's sizes, points, reading and plot (§2), the format
-tables and spacing plot (§3-4), and exercise 00.4's logged losses."""
+"""Notebook 00's scaffolding: the roofline (§2), tables, spacing plot (§3-4), 00.4's data."""
 from __future__ import annotations
 
 import math
@@ -14,8 +13,7 @@ COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orang
 
 
 def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int]:
-    """(n of the n x n weights, batch sizes, elements of the streamed add) for §2's sweep: weights
-    and add past the last-level cache (a GPU's L2 too), batches to well past the ridge point."""
+    """(n x n weights, batches, add's elements) for §2: past the caches and the ridge point."""
     if torch.device(device).type == "cuda":
         return 8192, (1, 4, 16, 64, 256, 1024, 4096), 1 << 26
     return 4096, (1, 2, 4, 8, 16, 32, 64, 128), default_sizes(device)[1]
@@ -43,8 +41,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Roofline:
-    """The roofs measured in one sweep, per dtype (bytes/s of the streamed add, FLOP/s of the
-    fastest linear), and the finding they give."""
+    """Per dtype, the roofs one sweep measured (add's bytes/s, fastest linear's FLOP/s)."""
 
     points: list[Point]
     bandwidth: dict[str, float]

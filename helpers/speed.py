@@ -7,6 +7,7 @@ import json
 import math
 import os
 import platform
+from statistics import median_high as _median
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,25 +69,19 @@ def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache
 
 
 def default_sizes(device: str | torch.device) -> tuple[int, int]:
-    """(n of the n x n matmul, elements of the memory-bound add): on a CPU the add's three 16-bit
-    tensors fill six times the last-level cache, so that they stream from memory."""
+    """(n x n matmul, add's elements): on a CPU the add streams past the last-level cache."""
     if torch.device(device).type == "cuda":
         return 4096, 1 << 26
     return 256, max(1 << 22, last_level_cache_bytes())
 
 
 def timed_ops(dtype: torch.dtype, device: torch.device, matmul_n: int, elementwise_n: int):
-    """The two calls the profile times, into outputs allocated here (``out=``): the timed region
-    allocates nothing, so it measures arithmetic and bandwidth, not the allocator's page faults."""
+    """The two calls the profile times, into outputs allocated here (``out=``): no allocator."""
     generator = torch.Generator(device).manual_seed(0)
     a = torch.randn(matmul_n, matmul_n, device=device, generator=generator).to(dtype)
     x, y = torch.ones(2, elementwise_n, device=device, dtype=dtype)  # values: no matter to an add
     c, z = torch.empty_like(a), torch.empty_like(x)
     return (lambda: torch.mm(a, a, out=c)), (lambda: torch.add(x, y, out=z))
-
-
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,11 +134,8 @@ def speed_cache_path() -> Path:
 def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
                   elementwise_n: int | None = None, min_run_time: float = 0.03,
                   refresh: bool = False) -> dict[str, DtypeSpeed]:
-    """``{"float32": ..., "bfloat16": ..., "float16": ...}``: each dtype's :class:`DtypeSpeed` on
-    ``device``, from :func:`timed_ops` (a compute-bound matmul, a memory-bound add past the cache; a
-    memory-bound ratio beyond ``MAX_MEMORY_RATIO`` is measured again, then NaN: noise). Cached per
-    process and in :func:`speed_cache_path` by :func:`_machine_key`; ``refresh=True`` measures now.
-    Taught in notebook 00 §1."""
+    """Each dtype's :class:`DtypeSpeed` on ``device`` from :func:`timed_ops` (a ratio beyond
+    ``MAX_MEMORY_RATIO``: measured again, then NaN); cached by :func:`_machine_key`; 00 §1."""
     device = torch.device(device)
     defaults = default_sizes(device)
     matmul_n, elementwise_n = matmul_n or defaults[0], elementwise_n or defaults[1]
@@ -171,8 +163,7 @@ def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = 
 
 def workload(dtype: torch.dtype | str, full: int, reduced: int,
              device: str | torch.device = "cpu") -> int:
-    """``reduced`` where ``dtype``'s compute-bound work is emulated on ``device``, else ``full``, so
-    that every run stays fast. Taught in notebook 00 §2."""
+    """``reduced`` where ``dtype``'s matmuls are emulated on ``device``, else ``full``; 00 §2."""
     name = str(dtype).removeprefix("torch.")
     return reduced if name != "float32" and speed_profile(device)[name].emulated else full
 
@@ -194,10 +185,8 @@ class Recommendation:
 
 
 def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
-    """What to use on ``device`` per workload shape, from ``profile``: for batched work and training
-    the 16-bit dtype with fast compute-bound matmuls (bf16 unless fp16 is >10 % faster; on CUDA
-    :func:`helpers.autocast_dtype`'s), else float32; for decoding 16-bit weights wherever half the
-    bytes measured faster. Only dtypes autocast accepts there. Notebook 00 §1, notebook 07 §1."""
+    """What to use on ``device`` per workload shape, from ``profile`` (batched: the fast 16-bit
+    dtype autocast accepts, bf16 first; decoding: the lighter weights). Notebooks 00 §1, 07 §1."""
     device = torch.device(device)
     allowed = [str(d)[6:] for d in supported_autocast_dtypes(device.type)]
     fast = [n for n in ("bfloat16", "float16") if n in allowed and profile[n].compute_is_fast]
