@@ -44,8 +44,7 @@ class FirstNonFinite:
 
 
 def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | None:
-    """Run ``model(*inputs)`` with a forward hook on every submodule (removed after); the first
-    module to *finish* with inf or NaN in its output (the innermost), or None. Notebook 07 §3."""
+    """The first submodule to *finish* with inf/NaN in ``model(*inputs)`` (forward hooks); 07 §3."""
     found: list[FirstNonFinite] = []
 
     def hook(name: str) -> Callable:

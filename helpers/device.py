@@ -1,5 +1,4 @@
-"""Pick a device and an autocast dtype; the TF32 switches; what the hardware reports (notebook 00).
-"""
+"""Pick a device and an autocast dtype; the TF32 switches; what the hardware reports (00)."""
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +59,7 @@ def pick_device(preferred: str | torch.device | None = None) -> torch.device:
 
 
 def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
-    """The dtypes ``torch.amp.autocast(device_type, dtype=...)`` accepts here (CUDA: bf16 also where
-    emulated; what the course *recommends* is :func:`autocast_dtype`). Notebook 03 §2."""
+    """The dtypes autocast on ``device_type`` accepts (CUDA: bf16 if emulated too); 03 §2."""
     if device_type == "cpu":
         fp16 = _version_at_least(torch.__version__, (2, 2))
         return (torch.bfloat16, torch.float16) if fp16 else (torch.bfloat16,)
@@ -75,8 +73,7 @@ def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
 
 
 def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
-    """``dtype`` if autocast on ``device_type`` supports it, else a ``ValueError`` (CPU autocast
-    would only warn and disable itself). Taught in notebook 03 §2."""
+    """``dtype`` if autocast on ``device_type`` supports it, else ValueError; 03 §2."""
     supported = supported_autocast_dtypes(device_type)
     if dtype not in supported:
         raise ValueError(f"autocast on {device_type!r} cannot use {dtype} with torch "
@@ -85,8 +82,7 @@ def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
 
 
 def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
-    """True for an NVIDIA GPU with bf16 tensor cores (sm_80 on; ``is_bf16_supported()`` also says
-    True on a V100 or T4). Taught in notebook 03 §2."""
+    """True for bf16 tensor cores (sm_80 on; ``is_bf16_supported()``: also a T4); 03 §2."""
     if not torch.cuda.is_available():
         return False
     if getattr(torch.version, "hip", None):  # ROCm: AMD GPUs report their own support
@@ -130,8 +126,7 @@ def _new_tf32_api() -> list[tuple[str, object]]:
 
 
 def _legacy_tf32() -> tuple[str, bool, bool] | None:
-    """The legacy view (:data:`LEGACY_TF32`), or None where torch refuses to read it: after
-    ``fp32_precision`` was set to what the legacy flags cannot express ("mix of ... APIs")."""
+    """The legacy view (:data:`LEGACY_TF32`), or None where reading it raises (mixed APIs)."""
     try:
         return (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
                 torch.backends.cudnn.allow_tf32)
@@ -210,15 +205,13 @@ def cpu_flags() -> set[str]:
 
 
 def tensor_cores(device: str | torch.device = "cuda") -> bool:
-    """True for an NVIDIA GPU with tensor cores: sm_70 on, except Turing's GTX 16xx (sm_75 without
-    them, NVIDIA's TU116/TU117 datasheets). Notebook 07 §1."""
+    """Tensor cores: sm_70 on, except Turing's GTX 16xx (sm_75 without; datasheet); 07 §1."""
     major = torch.cuda.get_device_capability(device)[0]
     return major >= 7 and "GTX 16" not in torch.cuda.get_device_name(device)
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:
-    """Per dtype, what the hardware *reports* (x86 CPU flags, a GPU's capability), which explains
-    :func:`helpers.speed_profile`'s verdict. Taught in notebook 00 §1."""
+    """Per dtype, what the hardware *reports* (CPU flags, GPU capability), to explain; 00 §1."""
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)

@@ -198,3 +198,11 @@ def test_tf32_flags_restore_after_an_error():
             assert torch.backends.cuda.matmul.allow_tf32 is True
             raise RuntimeError("boom")
     assert helpers.device.tf32_settings() == before
+
+
+def test_quiet_native_stderr_drops_what_c_code_writes_and_restores_fd_2(capfd):
+    with helpers.device.quiet_native_stderr():
+        os.write(2, b"profiler noise\n")  # what C++ code does: a write to file descriptor 2
+    os.write(2, b"after the block\n")
+    err = capfd.readouterr().err
+    assert "profiler noise" not in err and "after the block" in err
