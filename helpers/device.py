@@ -174,18 +174,13 @@ class AutocastState(NamedTuple):
 
 def autocast_state(device_type: str = "cpu") -> AutocastState:
     """The calling thread's autocast state for ``device_type`` (thread-local); notebook 05 §3."""
-    try:
-        return AutocastState(torch.is_autocast_enabled(device_type),
-                             torch.get_autocast_dtype(device_type))
-    except (AttributeError, TypeError):  # before the device-generic functions existed
-        if device_type == "cpu":
-            return AutocastState(torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
-        return AutocastState(torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
+    enabled = torch.is_autocast_enabled(device_type)  # device-generic from torch 2.4
+    return AutocastState(enabled, torch.get_autocast_dtype(device_type))
 
 
 @contextlib.contextmanager
 def quiet_native_stderr() -> Iterator[None]:
-    """Drop what C++ code writes to stderr (fd 2) in the block (profiler logs). Notebook 00 §2."""
+    """Drop what C++ code writes to stderr (fd 2) in the block (profiler logs); notebook 00 A.2."""
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
@@ -193,7 +188,8 @@ def quiet_native_stderr() -> Iterator[None]:
         yield
     finally:
         os.dup2(saved, 2)
-        os.close(saved), os.close(null)
+        for descriptor in (saved, null):
+            os.close(descriptor)
 
 
 def cpu_flags() -> set[str]:
