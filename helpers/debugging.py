@@ -1,4 +1,4 @@
-"""Find where inf and NaN first appear: per module (forward hooks) and per ATen op (notebook 07)."""
+"""Where inf and NaN first appear: per module (forward hooks) and per ATen op (notebook 07)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,12 +15,12 @@ def _floats(values: Any) -> list[torch.Tensor]:
 
 
 def all_finite(values: Any) -> bool:
-    """True when every floating tensor in ``values`` (a tensor, or nested tuples/lists/dicts of them) is finite."""
+    """True when every floating tensor in ``values`` (nested containers too) is finite."""
     return all(bool(torch.isfinite(t).all()) for t in _floats(values))
 
 
 def nonfinite_kind(values: Any) -> str:
-    """'nan', 'inf' or 'finite': the worst kind of value among the floating tensors in ``values``."""
+    """'nan', 'inf' or 'finite': the worst kind among the floating tensors in ``values``."""
     tensors = _floats(values)
     if any(bool(t.isnan().any()) for t in tensors):
         return "nan"
@@ -31,7 +31,7 @@ def nonfinite_kind(values: Any) -> str:
 
 @dataclass(frozen=True)
 class FirstNonFinite:
-    """Where the first inf/NaN appeared: the module (or op) name, what it produced, and from what inputs."""
+    """Where the first inf/NaN appeared: module or op name, what it made, from what inputs."""
 
     name: str              # module path such as "blocks.0.attention", or ATen op such as "exp"
     kind: str              # "inf" or "nan"
@@ -39,17 +39,12 @@ class FirstNonFinite:
     dtype: torch.dtype     # dtype of the first floating output
 
     def __str__(self) -> str:
-        origin = "from finite inputs" if self.inputs_finite else "(its inputs were already non-finite)"
-        return f"{self.name} produced {self.kind} in {str(self.dtype).removeprefix('torch.')} {origin}"
+        origin = "from finite inputs" if self.inputs_finite else "(inputs already non-finite)"
+        return f"{self.name} produced {self.kind} in {str(self.dtype)[6:]} {origin}"
 
 
 def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | None:
-    """Run ``model(*inputs)`` with a forward hook on every submodule; return the first module (in the order the
-    modules *finished*, so the innermost one) whose output holds inf or NaN, or None if all stayed finite.
-
-    The hooks are removed afterwards. Leaf modules finish before their parents, so the module named is the
-    smallest one that produced the bad value; functional code inside a ``forward`` shows up as that module.
-    """
+    """The first submodule to *finish* with inf/NaN in ``model(*inputs)`` (forward hooks); 07 §3."""
     found: list[FirstNonFinite] = []
 
     def hook(name: str) -> Callable:
@@ -86,11 +81,8 @@ class _FirstNonFiniteOp(TorchDispatchMode):
 
 
 def first_nonfinite_op(fn: Callable[[], Any]) -> tuple[Any, FirstNonFinite | None]:
-    """Run ``fn()`` and return its result with the first ATen op whose output held inf or NaN (or None).
-
-    Finer than :func:`first_nonfinite_module`: it names the operation (``exp``, ``mm``, ``sum``...), also in
-    backward passes and in code that is not a module.
-    """
+    """``fn()``'s result and the first ATen op whose output held inf or NaN (or None): finer than
+    :func:`first_nonfinite_module`, also in backward passes. Taught in notebook 07 §3."""
     with _FirstNonFiniteOp() as finder:
         result = fn()
     return result, finder.found

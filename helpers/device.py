@@ -1,9 +1,10 @@
-"""Pick a device and an autocast dtype, and measure what this machine runs fast."""
+"""Pick a device and an autocast dtype; the TF32 switches; what the hardware reports (00)."""
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
+import os
 import platform
 import sys
 from pathlib import Path
@@ -13,16 +14,13 @@ import torch
 
 
 def _import_cpp_extension_quietly() -> None:
-    """Import ``torch.utils.cpp_extension`` (which ``torch.utils.benchmark``, hence :mod:`helpers.measure`, imports)
-    without its "No CUDA runtime is found, using CUDA_HOME=..." line: on a machine with a CUDA toolkit but no GPU,
-    torch 2.4 *prints* it to stderr at import and later releases log it. It says nothing about the course."""
+    """Import ``torch.utils.cpp_extension`` without torch 2.4's "No CUDA runtime" line."""
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     captured = io.StringIO()
     with contextlib.redirect_stderr(captured):
         import torch.utils.cpp_extension  # noqa: F401
-    other = [line for line in captured.getvalue().splitlines(keepends=True)
-             if not line.startswith("No CUDA runtime is found")]
-    sys.stderr.write("".join(other))  # anything else it printed still shows
+    lines = captured.getvalue().splitlines(keepends=True)
+    sys.stderr.write("".join(line for line in lines if not line.startswith("No CUDA runtime")))
 
 
 _import_cpp_extension_quietly()
@@ -37,87 +35,54 @@ def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
 
 
 def _device_available(device_type: str) -> bool:
-    if device_type == "cpu":
-        return True
     if device_type == "cuda":
         return torch.cuda.is_available()
-    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    if device_type == "mps":
+        return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    return device_type == "cpu"
 
 
 def pick_device(preferred: str | torch.device | None = None) -> torch.device:
-    """Return ``preferred`` after checking it, or the best available device (CUDA, then MPS, then CPU).
-
-    Raises ``ValueError`` for a device type PyTorch-on-this-course does not know, and ``RuntimeError``
-    for a known one that this machine does not have, naming what to use instead.
-    """
+    """``preferred`` after checking it, or the best device (CUDA, MPS, CPU); notebook 00 §1."""
     if preferred is None:
-        for device_type in ("cuda", "mps"):
-            if _device_available(device_type):
-                return torch.device(device_type)
-        return torch.device("cpu")
+        return torch.device(next((t for t in ("cuda", "mps") if _device_available(t)), "cpu"))
+    choices = f"use one of {', '.join(KNOWN_DEVICE_TYPES)}, or pick_device() for the best one"
     try:
         device = torch.device(preferred)
     except RuntimeError as error:
-        raise ValueError(
-            f"Unknown device {preferred!r}: use one of {', '.join(KNOWN_DEVICE_TYPES)} "
-            "or call pick_device() with no argument to take the best available one."
-        ) from error
+        raise ValueError(f"Unknown device {preferred!r}: {choices}.") from error
     if device.type not in KNOWN_DEVICE_TYPES:
-        raise ValueError(
-            f"Device type {device.type!r} is not covered by this course: use one of "
-            f"{', '.join(KNOWN_DEVICE_TYPES)}, or pick_device() for the best available one."
-        )
+        raise ValueError(f"Device type {device.type!r} is not covered by this course: {choices}.")
     if not _device_available(device.type):
-        raise RuntimeError(
-            f"No {device.type} device is available on this machine: use 'cpu', "
-            "or pick_device() to take the best device there is."
-        )
+        raise RuntimeError(f"No {device.type} device is available on this machine: use 'cpu'.")
     return device
 
 
 def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
-    """The low-precision dtypes that ``torch.amp.autocast(device_type, dtype=...)`` accepts here."""
+    """The dtypes autocast on ``device_type`` accepts (CUDA: bf16 if emulated too); 03 §2."""
     if device_type == "cpu":
-        # CPU autocast: bfloat16 always; float16 since PyTorch 2.2.
-        if _version_at_least(torch.__version__, (2, 2)):
-            return (torch.bfloat16, torch.float16)
-        return (torch.bfloat16,)
+        fp16 = _version_at_least(torch.__version__, (2, 2))
+        return (torch.bfloat16, torch.float16) if fp16 else (torch.bfloat16,)
     if device_type == "cuda":
-        # What autocast *accepts*: it takes bf16 wherever torch.cuda.is_bf16_supported() says yes, which by default
-        # includes emulation (sm_70/sm_75). What the course *recommends* is autocast_dtype(): bf16 only where native.
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return (torch.float16, torch.bfloat16)
-        return (torch.float16,)
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return (torch.float16, torch.bfloat16) if bf16 else (torch.float16,)
     if device_type == "mps":
-        # MPS autocast is recent (float16 first); ask this torch rather than assume.
         is_available = getattr(torch.amp.autocast_mode, "is_autocast_available", None)
         return (torch.float16,) if is_available is not None and is_available("mps") else ()
-    raise ValueError(f"Unknown device type {device_type!r}: use one of {', '.join(KNOWN_DEVICE_TYPES)}.")
+    raise ValueError(f"Unknown device type {device_type!r}: use one of {KNOWN_DEVICE_TYPES}")
 
 
 def check_autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype:
-    """Return ``dtype`` if autocast on ``device_type`` supports it, else raise a ``ValueError`` naming the fix.
-
-    PyTorch's own reaction differs by device: on CPU, ``torch.amp.autocast`` *warns* and disables itself for an
-    unsupported dtype (the block then runs in float32); on CUDA it *raises* (e.g. bf16 on a GPU without bf16
-    support). This check fails loudly and the same way on every device.
-    """
+    """``dtype`` if autocast on ``device_type`` supports it, else ValueError; 03 §2."""
     supported = supported_autocast_dtypes(device_type)
     if dtype not in supported:
-        names = ", ".join(str(d) for d in supported)
-        raise ValueError(
-            f"autocast on {device_type!r} cannot use {dtype} with torch {torch.__version__}: "
-            f"it supports {names}. Use autocast_dtype({device_type!r}) for the recommended one."
-        )
+        raise ValueError(f"autocast on {device_type!r} cannot use {dtype} with torch "
+                         f"{torch.__version__}: it supports {supported}. See autocast_dtype().")
     return dtype
 
 
 def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
-    """True for an NVIDIA GPU with bf16 tensor cores (compute capability 8.0, Ampere, and later).
-
-    Not ``torch.cuda.is_bf16_supported()``: by default (``including_emulation=True``) it answers True on a V100
-    (sm_70) or T4 (sm_75) too, where bf16 runs without tensor cores and is slower than fp16.
-    """
+    """True for bf16 tensor cores (sm_80 on; ``is_bf16_supported()``: also a T4); 03 §2."""
     if not torch.cuda.is_available():
         return False
     if getattr(torch.version, "hip", None):  # ROCm: AMD GPUs report their own support
@@ -126,46 +91,77 @@ def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
 
 
 def autocast_dtype(device: str | torch.device) -> torch.dtype:
-    """The autocast dtype this course uses on ``device``.
-
-    CPU: bfloat16 (autocast's CPU default; whether it is *fast* here is what :func:`speed_profile` measures).
-    CUDA: bfloat16 on Ampere (sm_80) and later, float16 before (V100, T4: fp16 tensor cores, no bf16 ones; pair it
-    with a ``GradScaler`` for training). MPS: float16. Raises ``ValueError`` where this torch has no autocast for
-    the device at all.
-    """
+    """The course's autocast dtype on ``device``: CPU bf16 (whether it is *fast*:
+    :func:`helpers.speed_profile`), CUDA bf16 from sm_80, fp16 before; MPS fp16. Notebook 00 §1."""
     device = torch.device(device)
     supported = supported_autocast_dtypes(device.type)
     if not supported:
-        raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: upgrade torch or use 'cpu'.")
+        raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: "
+                         "upgrade it or use 'cpu'.")
     if device.type == "cuda":
         return torch.bfloat16 if cuda_native_bf16(device) else torch.float16
     return torch.bfloat16 if torch.bfloat16 in supported else supported[0]
 
 
 def needs_grad_scaler(amp_dtype: torch.dtype | None) -> bool:
-    """True when training with this autocast dtype needs a ``GradScaler``: float16 only (bf16 has fp32's range)."""
+    """True for float16 (bf16 has float32's range): training needs a ``GradScaler``; notebook 04."""
     return amp_dtype == torch.float16
+
+
+TF32_ENV = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")  # NGC images set the first
+LEGACY_TF32 = ("torch.get_float32_matmul_precision()", "torch.backends.cuda.matmul.allow_tf32",
+               "torch.backends.cudnn.allow_tf32")
+
+
+def _new_tf32_api() -> list[tuple[str, object]]:
+    """``(name, holder)`` of each ``fp32_precision`` setting (torch >= 2.9)."""
+    holders = []
+    for suffix in ("", ".cuda.matmul", ".cudnn", ".cudnn.conv", ".cudnn.rnn"):
+        holder = torch.backends
+        for part in suffix.split(".")[1:]:
+            holder = getattr(holder, part, None)
+        if hasattr(holder, "fp32_precision"):
+            holders.append((f"torch.backends{suffix}.fp32_precision", holder))
+    return holders
+
+
+def _legacy_tf32() -> tuple[str, bool, bool] | None:
+    """The legacy view (:data:`LEGACY_TF32`), or None where reading it raises (mixed APIs)."""
+    try:
+        return (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cudnn.allow_tf32)
+    except RuntimeError:
+        return None
+
+
+def tf32_settings() -> dict[str, object]:
+    """The TF32 environment variables and switches (new API; legacy view if readable)."""
+    settings: dict[str, object] = {name: os.environ.get(name, "unset") for name in TF32_ENV}
+    settings.update({name: holder.fp32_precision for name, holder in _new_tf32_api()})
+    unreadable = ["unreadable (fp32_precision set: mixing APIs raises)"] * 3
+    settings.update(zip(LEGACY_TF32, _legacy_tf32() or unreadable))
+    return settings
 
 
 @contextlib.contextmanager
 def tf32_flags(enabled: bool) -> Iterator[None]:
-    """Set TF32 for CUDA matmuls and cuDNN convolutions to ``enabled`` inside the block, then restore both.
-
-    PyTorch's defaults differ: ``torch.backends.cuda.matmul.allow_tf32`` is False (since 1.12) but
-    ``torch.backends.cudnn.allow_tf32`` is True, so a "float32" convolution on an Ampere-or-later GPU runs in
-    TF32 (inputs rounded to a 10-bit mantissa) unless it is turned off. The flags exist on every build and do
-    nothing on a CPU.
-    """
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    """TF32 for CUDA matmuls and cuDNN on or off inside the block (legacy setters: both views in
+    step), then both views as they were. Taught in notebook 00 §9."""
+    new, legacy = [(holder, holder.fp32_precision) for _, holder in _new_tf32_api()], _legacy_tf32()
+    torch.set_float32_matmul_precision("high" if enabled else "highest")  # both views in step
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy[0])
+            torch.backends.cudnn.allow_tf32 = legacy[2]
+        for holder, value in new:
+            holder.fp32_precision = value
 
 
 def strict_fp32() -> contextlib.AbstractContextManager:
-    """A block in which float32 really is float32 on every device (TF32 off for matmuls and cuDNN)."""
+    """A block in which float32 is float32 on every device (TF32 off); notebook 00 §9."""
     return tf32_flags(False)
 
 
@@ -177,90 +173,87 @@ class AutocastState(NamedTuple):
 
 
 def autocast_state(device_type: str = "cpu") -> AutocastState:
-    """The calling thread's autocast state for ``device_type`` (autocast state is thread-local).
+    """The calling thread's autocast state for ``device_type`` (thread-local); notebook 05 §3."""
+    enabled = torch.is_autocast_enabled(device_type)  # device-generic from torch 2.4
+    return AutocastState(enabled, torch.get_autocast_dtype(device_type))
 
-    Uses the device-generic ``torch.is_autocast_enabled(device_type)``/``torch.get_autocast_dtype(device_type)``
-    where this torch has them, else the older CPU/GPU-specific functions.
-    """
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Drop what C++ code writes to stderr (fd 2) in the block (profiler logs); notebook 00 A.2."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
     try:
-        return AutocastState(torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
-    except (AttributeError, TypeError):  # before the device-generic functions existed
-        if device_type == "cpu":
-            return AutocastState(torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
-        return AutocastState(torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
+        yield
+    finally:
+        os.dup2(saved, 2)
+        for descriptor in (saved, null):
+            os.close(descriptor)
 
 
 def cpu_flags() -> set[str]:
     """CPU feature flags from /proc/cpuinfo (empty where that file does not exist, e.g. macOS)."""
     cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return set()
-    for line in cpuinfo.read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    flags = [line.split(":", 1)[1].split() for line in lines if line.startswith("flags")]
+    return set(flags[0]) if flags else set()
+
+
+def tensor_cores(device: str | torch.device = "cuda") -> bool:
+    """Tensor cores: sm_70 on, except Turing's GTX 16xx (sm_75 without; datasheet); 07 §1."""
+    major = torch.cuda.get_device_capability(device)[0]
+    return major >= 7 and "GTX 16" not in torch.cuda.get_device_name(device)
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:
-    """For each of float32/bfloat16/float16: what the hardware *reports*, which explains a measured verdict.
-
-    This is an explanation, not a verdict: :func:`speed_profile` measures. On x86 CPUs it reads the CPU flags; on
-    other CPUs (ARM, ...) it says "unknown on this architecture: measure"; on CUDA it reads the compute capability.
-    """
+    """Per dtype, what the hardware *reports* (CPU flags, GPU capability), to explain; 00 §1."""
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
-        name = torch.cuda.get_device_name(device)
-        tensor_cores = major >= 7
-        return {
-            "float32": f"{name}: full speed FP32; TF32 tensor cores only if enabled" if major >= 8
-            else f"{name}: full speed FP32",
-            "float16": f"{name}: tensor cores (sm_{major}{minor}), fast" if tensor_cores
-            else f"{name}: no tensor cores (sm_{major}{minor}); little gain",
-            "bfloat16": f"{name}: tensor cores (sm_{major}{minor}), fast" if major >= 8
-            else f"{name}: not supported natively before sm_80",
-        }
+        name, sm = torch.cuda.get_device_name(device), f"sm_{major}{minor}"
+        fast = tensor_cores(device)
+        rate = {(6, 0): "2x", (6, 1): "1/64 of", (7, 5): "2x"}.get((major, minor), "a share of")
+        tf32 = "; TF32 tensor cores if enabled" if major >= 8 else ""
+        return {"float32": f"{name}: full speed FP32{tf32}",
+                "float16": f"{name}: tensor cores ({sm}), fast" if fast else f"{name}: no tensor "
+                f"cores ({sm}); fp16 at {rate} the fp32 rate (datasheet): not fast, measure",
+                "bfloat16": f"{name}: tensor cores ({sm}), fast" if fast and major >= 8
+                else f"{name}: not supported natively before sm_80"}
     if device.type == "mps":
-        return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: fast", "bfloat16": "Apple GPU: recent macOS only"}
-    machine = platform.machine()
-    if machine not in X86_MACHINES:
-        # ARM and other CPUs: fp16/bf16 arithmetic (e.g. ARMv8.2 FP16, SVE/NEON BF16) varies by chip and PyTorch
-        # build, and /proc/cpuinfo flags say little about which kernels PyTorch uses: only a timing can tell.
-        unknown = f"CPU ({machine or 'unknown architecture'}): unknown on this architecture: measure"
-        return {"float32": "CPU: baseline (vectorised FP32)", "bfloat16": unknown, "float16": unknown}
-    flags = cpu_flags()
-    bf16 = {"avx512_bf16", "amx_bf16"} & flags
-    fp16 = {"avx512_fp16", "amx_fp16"} & flags
-    return {
-        "float32": "CPU: baseline (vectorised FP32)",
-        "bfloat16": f"CPU reports bf16 instructions ({', '.join(sorted(bf16))}): PyTorch's oneDNN kernels can use them"
-        if bf16 else "CPU reports no avx512_bf16/amx_bf16: bf16 math is converted through fp32 (expect much SLOWER "
-        "matmuls; memory-bound ops still gain from half the bytes)",
-        "float16": f"CPU reports fp16 instructions ({', '.join(sorted(fp16))}): PyTorch's oneDNN kernels can use them"
-        if fp16 else "CPU reports no avx512_fp16/amx_fp16: fp16 math is emulated through fp32 (expect much SLOWER "
-        "matmuls; memory-bound ops still gain from half the bytes)",
-    }
+        return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: fast",
+                "bfloat16": "Apple GPU: recent macOS only"}
+    report = {"float32": "CPU: baseline (vectorised FP32)"}
+    machine = platform.machine() or "unknown architecture"
+    if machine not in X86_MACHINES:  # 16-bit arithmetic varies by chip: only a timing tells
+        unknown = f"CPU ({machine}): unknown on this architecture: measure"
+        return {**report, "bfloat16": unknown, "float16": unknown}
+    for name, short, instructions in (("bfloat16", "bf16", ("avx512_bf16", "amx_bf16")),
+                                      ("float16", "fp16", ("avx512_fp16", "amx_fp16"))):
+        found = sorted(set(instructions) & cpu_flags())
+        report[name] = (
+            f"CPU reports {short} instructions ({', '.join(found)}): oneDNN kernels can use them"
+            if found else f"CPU reports no {'/'.join(instructions)}: {short} math is emulated "
+            "through fp32 (compute-bound work, above the crossover batch of 00 §2, much SLOWER; "
+            "memory-bound ops and batch-1 layers still gain from half the bytes)")
+    return report
 
 
 def environment_report(device: str | torch.device | None = None) -> dict[str, str]:
-    """Versions, the chosen device and the autocast dtype for it, as a dict of strings to print."""
-    device = pick_device(device)
+    """Versions, the chosen device and its autocast dtype, as strings (notebook 00 §1)."""
     from importlib import metadata
 
-    try:  # the installed version, without importing torchvision (a few seconds on a laptop)
-        torchvision_version = metadata.version("torchvision")
+    device = pick_device(device)
+    try:  # the installed version, without importing torchvision (seconds on a laptop)
+        torchvision = metadata.version("torchvision")
     except metadata.PackageNotFoundError:  # pragma: no cover - torchvision is in requirements.txt
-        torchvision_version = "not installed"
-    report = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchvision": torchvision_version,
-        "device": str(device),
-        "cpu threads": str(torch.get_num_threads()),
-        "cpu vector ISA (torch)": torch.backends.cpu.get_cpu_capability(),
-        "cuda available": str(torch.cuda.is_available()),
-        "autocast dtype here": str(autocast_dtype(device)),
-    }
+        torchvision = "not installed"
+    report = {"python": platform.python_version(), "torch": torch.__version__,
+              "torchvision": torchvision, "device": str(device),
+              "cpu threads": str(torch.get_num_threads()),
+              "cpu vector ISA (torch)": torch.backends.cpu.get_cpu_capability(),
+              "cuda available": str(torch.cuda.is_available()),
+              "autocast dtype here": str(autocast_dtype(device))}
     if device.type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(device)
         report["compute capability"] = "%d.%d" % torch.cuda.get_device_capability(device)

@@ -1,4 +1,4 @@
-"""Facts about floating-point formats, computed from ``torch.finfo`` (nothing typed in by hand)."""
+"""Facts about floating-point formats, computed from ``torch.finfo``; notebook 00 §3-4."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 COURSE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# 8-bit floats (torch >= 2.1, on CPU too): a storage format here; fp8 matmuls run on Hopper/Ada tensor cores.
+# 8-bit floats (torch >= 2.1, on CPU too): storage here; fp8 matmuls run on Ada/Hopper tensor cores
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 ALL_FORMATS = COURSE_DTYPES + FP8_DTYPES
 _INT_VIEW = {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
@@ -25,7 +25,6 @@ class FormatFacts:
     smallest_normal: float
     smallest_subnormal: float
     eps: float  # spacing between 1.0 and the next representable number
-    decimal_digits: int
 
     @property
     def max_exact_integer(self) -> int:
@@ -40,20 +39,14 @@ def format_facts(dtype: torch.dtype) -> FormatFacts:
     info = torch.finfo(dtype)
     mantissa_bits = -int(math.log2(info.eps))
     return FormatFacts(
-        name=str(dtype).removeprefix("torch."),
-        bits=info.bits,
-        exponent_bits=info.bits - 1 - mantissa_bits,
-        mantissa_bits=mantissa_bits,
-        max=float(info.max),
-        smallest_normal=float(info.smallest_normal),
-        smallest_subnormal=float(info.smallest_normal) * float(info.eps),
-        eps=float(info.eps),
-        decimal_digits=round(-math.log10(info.resolution)),
-    )
+        name=str(dtype).removeprefix("torch."), bits=info.bits,
+        exponent_bits=info.bits - 1 - mantissa_bits, mantissa_bits=mantissa_bits,
+        max=float(info.max), smallest_normal=float(info.smallest_normal),
+        smallest_subnormal=float(info.smallest_normal) * float(info.eps), eps=float(info.eps))
 
 
 def bit_fields(value: float, dtype: torch.dtype) -> tuple[str, str, str]:
-    """The sign, exponent and mantissa bits of ``value`` stored as ``dtype``, as strings of 0 and 1."""
+    """The sign, exponent and mantissa bits of ``value`` stored as ``dtype``, as "0"/"1" strings."""
     facts = format_facts(dtype)
     raw = torch.tensor([value], dtype=torch.float64).to(dtype).view(_INT_VIEW[facts.bits]).item()
     bits = format(raw & ((1 << facts.bits) - 1), f"0{facts.bits}b")
@@ -61,18 +54,13 @@ def bit_fields(value: float, dtype: torch.dtype) -> tuple[str, str, str]:
 
 
 def round_trip(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """Store ``values`` as ``dtype`` and read them back as float64 (what the format actually keeps)."""
+    """``values`` stored as ``dtype``, read back as float64: what the format actually keeps."""
     return torch.as_tensor(values, dtype=torch.float64).to(dtype).to(torch.float64)
 
 
 def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """Gap from each value (rounded to ``dtype``) to the next representable ``dtype`` number, as float64.
-
-    Infinity where there is no next finite number: past the largest finite value, and at it (the next bit
-    pattern is ``inf``, or NaN for ``float8_e4m3fn``, which has no infinity). The next number is found by adding
-    one to the bit pattern read as an integer, so this works for the 8-bit formats too (``torch.nextafter``
-    does not support them).
-    """
+    """Gap from each value (rounded to ``dtype``) to the next ``dtype`` number (``inf``: none), from
+    the bit pattern plus one, so fp8 works too (``torch.nextafter`` does not). Notebook 00 §4."""
     magnitude = torch.as_tensor(values, dtype=torch.float64).abs()
     stored = magnitude.to(dtype)
     following = (stored.view(_INT_VIEW[format_facts(dtype).bits]) + 1).view(dtype).to(torch.float64)
@@ -81,13 +69,8 @@ def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
 
 
 def round_mantissa(x: torch.Tensor, bits: int, *, truncate: bool = False) -> torch.Tensor:
-    """Round float32 ``x`` to ``bits`` mantissa bits, keeping float32's exponent range (result: float32).
-
-    Round to nearest, ties to even (what ``.to(torch.bfloat16)`` does for ``bits=7``), or drop the low bits
-    when ``truncate`` is True. ``bits=10`` emulates TF32, the format NVIDIA tensor cores (Ampere and later)
-    read float32 matmul inputs in. Infinities and NaNs are kept; a value that rounds past float32's largest
-    finite number becomes ``inf``, as in any IEEE rounding.
-    """
+    """Float32 ``x`` rounded (to nearest, ties to even; or truncated) to ``bits`` mantissa bits,
+    float32's range kept: ``bits=10`` emulates TF32, ``bits=7`` equals bf16. Notebook 00 §9."""
     if x.dtype != torch.float32:
         raise TypeError(f"round_mantissa expects float32, got {x.dtype}")
     if not 0 <= bits <= 23:
@@ -96,85 +79,7 @@ def round_mantissa(x: torch.Tensor, bits: int, *, truncate: bool = False) -> tor
     if drop == 0:
         return x.clone()
     raw = x.view(torch.int32)
-    if not truncate:  # add just under half a unit of the kept last bit, plus 1 if that bit is odd (ties to even)
+    if not truncate:  # just under half a unit of the last kept bit, +1 if it is odd: ties to even
         raw = raw + ((1 << (drop - 1)) - 1) + ((raw >> drop) & 1)
     rounded = (raw & ~((1 << drop) - 1)).view(torch.float32)
     return torch.where(x.isfinite(), rounded, x)
-
-
-def format_table(dtypes: tuple[torch.dtype, ...] = ALL_FORMATS) -> str:
-    """A text table of the :class:`FormatFacts` of ``dtypes``, one column per dtype."""
-    facts = [format_facts(dtype) for dtype in dtypes]
-    rows = [
-        ("total bits", "bits", "{}"), ("exponent bits", "exponent_bits", "{}"),
-        ("mantissa bits", "mantissa_bits", "{}"), ("largest finite", "max", "{:.4g}"),
-        ("smallest normal", "smallest_normal", "{:.3g}"), ("smallest subnormal", "smallest_subnormal", "{:.3g}"),
-        ("eps (gap after 1.0)", "eps", "{:.3g}"), ("exact integers up to", "max_exact_integer", "{}"),
-    ]
-    width = 14
-    lines = [f"{'':>21}" + "".join(f"{f.name.removeprefix('float8_'):>{width}}" for f in facts)]
-    for label, attribute, fmt in rows:
-        lines.append(f"{label:>21}" + "".join(f"{fmt.format(getattr(f, attribute)):>{width}}" for f in facts))
-    return "\n".join(lines)
-
-
-def bit_table(values: tuple[float, ...], dtypes: tuple[torch.dtype, ...] = ALL_FORMATS) -> str:
-    """Text lines ``value  dtype: sign | exponent | mantissa  stores ...`` for each value and dtype."""
-    lines = []
-    for value in values:
-        for dtype in dtypes:
-            sign, exponent, mantissa = bit_fields(value, dtype)
-            stored = round_trip(value, dtype).item()
-            lines.append(f"{value:>8} {format_facts(dtype).name:>13}: {sign} | {exponent:<8} | {mantissa:<23}"
-                         f"  stores {stored!r}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def plot_spacing(magnitudes: torch.Tensor, gaps: dict[torch.dtype, torch.Tensor], ax=None):
-    """Log-log plot of each dtype's gap vs magnitude, within its range; dashed: largest finite, dotted:
-    smallest normal (left of it: subnormals, then underflow to zero)."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4), dpi=80)
-    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
-    for (dtype, gap), colour in zip(gaps.items(), colours):
-        f = format_facts(dtype)
-        inside = (magnitudes >= f.smallest_subnormal) & (magnitudes <= f.max)
-        ax.loglog(magnitudes[inside], gap[inside], label=f.name, color=colour)
-        ax.axvline(f.max, color=colour, linestyle="--", linewidth=1)
-        ax.axvline(f.smallest_normal, color=colour, linestyle=":", linewidth=1)
-    ax.set_xlabel("magnitude |x|")
-    ax.set_ylabel("gap to the next representable number")
-    ax.set_title("Spacing vs magnitude (dashed: largest finite; dotted: smallest normal)", fontsize=10)
-    ax.legend(fontsize=8)
-    return ax
-
-
-def tf32_settings() -> dict[str, object]:
-    """The TF32 switches this torch has, with their current values (they only act on CUDA GPUs).
-
-    ``allow_tf32`` flags and ``torch.get_float32_matmul_precision()`` exist in every supported release; the
-    ``fp32_precision`` attributes only in recent ones (listed only where present).
-    """
-    settings: dict[str, object] = {
-        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
-        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-    }
-    for name in ("cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn"):
-        holder = torch.backends
-        try:
-            for part in name.split("."):
-                holder = getattr(holder, part)
-            settings[f"torch.backends.{name}.fp32_precision"] = holder.fp32_precision
-        except (AttributeError, RuntimeError):
-            continue
-    return settings
-
-
-def logged_losses(n: int = 10_000, seed: int = 0) -> torch.Tensor:
-    """``n`` per-batch loss values around 2.3, stored in float16 as a training log might keep them (00.4)."""
-    generator = torch.Generator().manual_seed(seed)
-    return (2.3 + 0.2 * torch.randn(n, generator=generator)).to(torch.float16)

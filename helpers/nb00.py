@@ -1,184 +1,171 @@
-"""Two kinds of speed, measured: a memory-bound op (add) and a compute-bound one (matmul), per dtype and size.
-
-Also the setup check's reading of :func:`helpers.speed.speed_profile`: a verdict per dtype and what to use on
-this machine for inference and for training (:func:`recommendation`), derived from the measured ratios only.
-"""
+"""Notebook 00's scaffolding: the roofline (§2), tables, spacing plot (§3-4), 00.4's data."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from .device import strict_fp32
-from .speed import DtypeSpeed, workload
-from .measure import fastest_time
+from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
+from .speed import MAX_MEMORY_RATIO, default_sizes
 
-SPEED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
+
+
+def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int]:
+    """(n x n weights, batches, add's elements) for §2: past the caches and the ridge point."""
+    if torch.device(device).type == "cuda":
+        return 8192, (1, 4, 16, 64, 256, 1024, 4096), 1 << 26
+    return 4096, (1, 2, 4, 8, 16, 32, 64, 128), default_sizes(device)[1]
 
 
 @dataclass(frozen=True)
-class SpeedPoint:
-    """One timing: ``op`` ("add" or "matmul") in ``dtype`` at ``size`` (elements for add, n for an n x n matmul)."""
+class Point:
+    """One timed op: its FLOPs, the bytes it must move, its time; ``size``: batch or elements."""
 
-    op: str
     dtype: str
+    op: str  # "linear" or "add"
     size: int
+    flops: int
+    nbytes: int
     seconds: float
 
     @property
-    def rate(self) -> float:
-        """Work per second: elements per second for add, floating-point operations per second for matmul."""
-        work = self.size if self.op == "add" else 2 * self.size**3
-        return work / self.seconds
+    def intensity(self) -> float:  # FLOPs per byte moved
+        return self.flops / self.nbytes
 
-
-def default_sizes(device: str | torch.device) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(add sizes in elements, matmul sizes n): from cache-sized to memory- or compute-bound, per device type."""
-    if torch.device(device).type == "cuda":
-        return (1 << 14, 1 << 18, 1 << 22, 1 << 26), (256, 1024, 2048, 4096)
-    return (1 << 12, 1 << 16, 1 << 20, 1 << 24), (64, 128, 256, 512)
-
-
-def measure_two_kinds(device: str | torch.device = "cpu", add_sizes: tuple[int, ...] | None = None,
-                      matmul_sizes: tuple[int, ...] | None = None,
-                      min_run_time: float = 0.01, cpu_threads: int | None = 1) -> list[SpeedPoint]:
-    """Time ``x + x`` and ``a @ a`` in float32, bfloat16 and float16 over a few sizes on ``device``.
-
-    A dtype whose matmuls this machine emulates (see :func:`helpers.speed.workload`) skips the largest matmul
-    size, so that the whole measurement stays well under 3 s even on a laptop CPU without 16-bit units. float32
-    matmuls run strict (no TF32) on a GPU. Each point is the fastest block of repeated calls, so that a busy
-    machine disturbs the picture less than a median would. On a CPU it runs on ``cpu_threads`` threads (default
-    one: a second thread that must be woken for every call makes small timings erratic on a busy machine, and
-    one core shows the same contrast between the two kinds); ``None`` keeps PyTorch's setting.
-    """
-    device = torch.device(device)
-    default_add, default_mm = default_sizes(device)
-    add_sizes, matmul_sizes = add_sizes or default_add, matmul_sizes or default_mm
-    # decided before changing the thread count: speed_profile is measured (and cached) with the usual threads
-    largest = {dtype: workload(dtype, matmul_sizes[-1], matmul_sizes[-2], device) for dtype in SPEED_DTYPES}
-    saved_threads = torch.get_num_threads()
-    if device.type == "cpu" and cpu_threads is not None:
-        torch.set_num_threads(cpu_threads)
-    try:
-        return _measure(device, add_sizes, matmul_sizes, largest, min_run_time)
-    finally:
-        torch.set_num_threads(saved_threads)
-
-
-def _measure(device: torch.device, add_sizes: tuple[int, ...], matmul_sizes: tuple[int, ...],
-             largest: dict[torch.dtype, int], min_run_time: float) -> list[SpeedPoint]:
-    generator = torch.Generator(device).manual_seed(0)
-    points = []
-    for dtype in SPEED_DTYPES:
-        name = str(dtype).removeprefix("torch.")
-        for n in add_sizes:
-            x = torch.ones(n, device=device, dtype=dtype)  # the values do not matter to an add's speed
-            points.append(SpeedPoint("add", name, n, fastest_time(lambda: x + x, min_run_time=min_run_time)))
-        for n in (n for n in matmul_sizes if n <= largest[dtype]):
-            a = torch.randn(n, n, device=device, generator=generator).to(dtype)
-            with strict_fp32():
-                seconds = fastest_time(lambda: a @ a, min_run_time=min_run_time)
-            points.append(SpeedPoint("matmul", name, n, seconds))
-    return points
-
-
-def speedups(points: list[SpeedPoint], op: str) -> tuple[int, dict[str, float]]:
-    """At the largest size that every dtype ran for ``op``: that size and each dtype's speed / float32's."""
-    sizes = {p.dtype: {q.size for q in points if q.op == op and q.dtype == p.dtype} for p in points}
-    size = max(set.intersection(*sizes.values()))
-    rate = {p.dtype: p.rate for p in points if p.op == op and p.size == size}
-    return size, {dtype: rate[dtype] / rate["float32"] for dtype in rate}
-
-
-def _ratio_words(ratio: float) -> str:
-    return f"{ratio:.1f}x faster than" if ratio >= 1.1 else (
-        f"{1 / ratio:.0f}x slower than" if ratio < 0.33 else f"{ratio:.2f}x the speed of")
-
-
-def two_kinds_finding(points: list[SpeedPoint]) -> str:
-    """The finding of the two-kinds-of-speed experiment, in words, from the measured points only."""
-    add_size, add = speedups(points, "add")
-    mm_size, mm = speedups(points, "matmul")
-    lines = [f"Memory-bound (add, {add_size:,} elements): "
-             + "; ".join(f"{d} {_ratio_words(r)} float32" for d, r in add.items() if d != "float32")]
-    lines.append(f"Compute-bound (matmul {mm_size}x{mm_size}): "
-                 + "; ".join(f"{d} {_ratio_words(r)} float32" for d, r in mm.items() if d != "float32"))
-    fewer_bytes = [d for d, r in add.items() if d != "float32" and r >= 1.1]
-    fast_math = [d for d, r in mm.items() if d != "float32" and r >= 1.1]
-    lines.append(f"Half the bytes sped up the memory-bound op in: {', '.join(fewer_bytes) or 'none, this run'}. "
-                 f"Faster math (16-bit units) here for: {', '.join(fast_math) or 'none'}.")
-    return "\n".join(lines)
-
-
-def plot_two_kinds(points: list[SpeedPoint], ax=None):
-    """Two panels: elements per second of add vs size, and GFLOP/s of matmul vs n, one line per dtype."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(9, 3.4), dpi=80)
-    colours = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
-    for panel, op, scale, ylabel in ((ax[0], "add", 1e9, "G elements / s (x + x)"),
-                                     (ax[1], "matmul", 1e9, "GFLOP/s (a @ a)")):
-        for dtype, colour in colours.items():
-            mine = sorted((p for p in points if p.op == op and p.dtype == dtype), key=lambda p: p.size)
-            panel.plot([p.size for p in mine], [p.rate / scale for p in mine], "o-", color=colour, label=dtype)
-        panel.set_xscale("log", base=2)
-        panel.set_yscale("log")
-        panel.set_ylabel(ylabel)
-        panel.legend(fontsize=8)
-    ax[0].set_xlabel("elements")
-    ax[0].set_title("memory-bound: bytes per element count", fontsize=10)
-    ax[1].set_xlabel("n (n x n matrices)")
-    ax[1].set_title("compute-bound: arithmetic units count", fontsize=10)
-    plt.tight_layout()
-    return ax
-
-
-def verdict_table(profile: dict[str, DtypeSpeed], explanation: dict[str, str]) -> str:
-    """One line per dtype: the measured verdict, then what the hardware reports (which only explains it)."""
-    lines = []
-    for name, speed in profile.items():
-        lines.append(f"{name:>9}: measured: {speed.verdict}")
-        lines.append(f"{'':>9}  reported: {explanation.get(name, '-')}")
-    return "\n".join(lines)
+    @property
+    def rate(self) -> float:  # achieved FLOP/s
+        return self.flops / self.seconds
 
 
 @dataclass(frozen=True)
-class Recommendation:
-    """What to use on one device, derived from a measured speed profile."""
+class Roofline:
+    """Per dtype, the roofs one sweep measured (add's bytes/s, fastest linear's FLOP/s)."""
 
-    inference: str
-    training: str
-    reason: str
+    points: list[Point]
+    bandwidth: dict[str, float]
+    compute: dict[str, float]
+
+    @classmethod
+    def from_points(cls, points: list[Point]) -> "Roofline":
+        largest = max(p.size for p in points if p.op == "add")
+        return cls(points, {p.dtype: p.nbytes / p.seconds for p in points if p.size == largest},
+                   {d: max(p.rate for p in points if (p.dtype, p.op) == (d, "linear"))
+                    for d in COLOURS})
+
+    def ratios(self, dtype: str) -> dict[int, float]:
+        """float32's time / ``dtype``'s per batch both ran (above 1: ``dtype`` is faster)."""
+        time = {(p.dtype, p.size): p.seconds for p in self.points if p.op == "linear"}
+        return {b: time["float32", b] / t for (d, b), t in time.items() if d == dtype}
+
+    def ties_up_to(self, dtype: str) -> int | None:
+        """The largest batch up to which ``dtype`` ran at least 0.9x float32's speed throughout."""
+        tied = None
+        for batch, ratio in sorted(self.ratios(dtype).items()):
+            if ratio < 0.9:
+                break
+            tied = batch
+        return tied
+
+    def _words(self, d: str) -> str:
+        ratios, tied = self.ratios(d), self.ties_up_to(d)
+        if tied == max(ratios):
+            return f"ties or wins (>= 0.9x float32) at every batch measured, 1 to {tied}"
+        lost = min(b for b, r in ratios.items() if r < 0.9 and b > (tied or 0))
+        point = next(p for p in self.points if (p.dtype, p.op, p.size) == (d, "linear", lost))
+        bound = (f"compute-bound (intensity {point.intensity:.1f} > ridge): only 16-bit units help"
+                 if point.intensity > self.compute[d] / self.bandwidth[d]
+                 else "below the ridge: this kernel moves its bytes slower than float32's")
+        start = f"ties or wins up to batch {tied}" if tied else "slower than float32 from batch 1"
+        return f"{start}; batch {lost}: {ratios[lost]:.2f}x, {bound}"
 
     def __str__(self) -> str:
-        return (f"Use here -> inference: {self.inference}\n"
-                f"            training:  {self.training}\n"
-                f"            because:   {self.reason}")
+        lines = [f"{d:>9}: bandwidth roof {self.bandwidth[d] / 1e9:6.1f} GB/s, compute roof "
+                 f"{self.compute[d] / 1e9:6.1f} GFLOP/s, ridge at "
+                 f"{self.compute[d] / self.bandwidth[d]:5.2f} FLOP/byte" for d in COLOURS]
+        for d in ("bfloat16", "float16"):
+            one = self.ratios(d)[1]  # memory-bound: half the bytes allow about 2x, not more
+            noise = ": more than half the bytes allow, noise: run again" * (one > MAX_MEMORY_RATIO)
+            lines.append(f"{d} weights: {self._words(d)} (batch 1: {one:.2f}x{noise})")
+        tiny = min((p for p in self.points if (p.dtype, p.op) == ("float32", "add")),
+                   key=lambda p: p.size)
+        speed = tiny.nbytes / tiny.seconds
+        lines.append(f"overhead-bound: a float32 add of {tiny.size:,} elements takes "
+                     f"{tiny.seconds * 1e6:.1f} us, {speed / 1e9:.1f} GB/s: "
+                     f"{speed / self.bandwidth['float32']:.0%} of the bandwidth roof")
+        return "\n".join(lines)
 
 
-def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
-    """What to use for inference and for training on ``device``, from the measured ``profile`` only.
+def plot_roofline(roofline: Roofline, ax=None):
+    """Achieved GFLOP/s against FLOPs per byte, log-log: the measured roofs, and a marker per op."""
+    import matplotlib.pyplot as plt
 
-    bfloat16 autocast where bf16 matmuls are at least float32's speed (no ``GradScaler`` needed: fp32's range);
-    else float16 autocast with a ``GradScaler`` where fp16 matmuls are; else float32 (16-bit formats then only
-    save memory and speed up memory-bound ops).
-    """
-    device_type = torch.device(device).type
-    bf16, fp16 = profile["bfloat16"], profile["float16"]
-    if bf16.compute_is_fast:
-        return Recommendation(
-            f"torch.amp.autocast({device_type!r}, dtype=torch.bfloat16)",
-            f"the same autocast with float32 weights, no GradScaler (bf16 has float32's range)",
-            f"bfloat16 matmuls measured {bf16.matmul_speedup:.1f}x float32")
-    if fp16.compute_is_fast:
-        return Recommendation(
-            f"torch.amp.autocast({device_type!r}, dtype=torch.float16)",
-            f"the same autocast with float32 weights and torch.amp.GradScaler({device_type!r})",
-            f"float16 matmuls measured {fp16.matmul_speedup:.1f}x float32, bfloat16 "
-            f"{bf16.matmul_speedup:.2f}x")
-    return Recommendation(
-        "float32 (store weights in 16 bits only to save memory)",
-        "float32",
-        f"16-bit matmuls measured {bf16.matmul_speedup:.2f}x (bf16) and {fp16.matmul_speedup:.2f}x (fp16) "
-        "float32: no fast 16-bit arithmetic here")
+    ax = ax or plt.subplots(figsize=(7.5, 4.2), dpi=80)[1]
+    intensities = [p.intensity for p in roofline.points]
+    grid = torch.logspace(math.log10(min(intensities) / 2), math.log10(max(intensities) * 2), 200)
+    for d, colour in COLOURS.items():
+        roof = torch.minimum(grid * roofline.bandwidth[d], torch.tensor(roofline.compute[d]))
+        ax.loglog(grid, roof / 1e9, color=colour, linewidth=1, alpha=0.6)
+        for op, marker in (("linear", "o"), ("add", "s")):
+            mine = sorted((p for p in roofline.points if (p.dtype, p.op) == (d, op)),
+                          key=lambda p: p.size)
+            ax.loglog([p.intensity for p in mine], [p.rate / 1e9 for p in mine], marker,
+                      color=colour, label=f"{d} {op}")
+    ax.set(xlabel="arithmetic intensity (FLOPs per byte moved)", ylabel="achieved GFLOP/s")
+    ax.set_title("Roofline measured here: lines = roofs, circles = F.linear by batch", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    return ax
+
+
+def format_table(dtypes: tuple[torch.dtype, ...] = ALL_FORMATS) -> str:
+    """A text table of the :class:`helpers.formats.FormatFacts` of ``dtypes``, one column each."""
+    facts = [format_facts(dtype) for dtype in dtypes]
+    rows = [("total bits", "bits", "{}"), ("exponent bits", "exponent_bits", "{}"),
+            ("mantissa bits", "mantissa_bits", "{}"), ("largest finite", "max", "{:.4g}"),
+            ("smallest normal", "smallest_normal", "{:.3g}"),
+            ("smallest subnormal", "smallest_subnormal", "{:.3g}"),
+            ("eps (gap after 1.0)", "eps", "{:.3g}"),
+            ("exact integers up to", "max_exact_integer", "{}")]
+    lines = [f"{'':>21}" + "".join(f"{f.name.removeprefix('float8_'):>14}" for f in facts)]
+    lines += [f"{label:>21}" + "".join(f"{fmt.format(getattr(f, name)):>14}" for f in facts)
+              for label, name, fmt in rows]
+    return "\n".join(lines)
+
+
+def bit_table(values: tuple[float, ...], dtypes: tuple[torch.dtype, ...] = ALL_FORMATS) -> str:
+    """Lines ``value  dtype: sign | exponent | mantissa  stores ...`` per value and dtype."""
+    lines = []
+    for value in values:
+        for dtype in dtypes:
+            sign, exponent, mantissa = bit_fields(value, dtype)
+            lines.append(f"{value:>8} {format_facts(dtype).name:>13}: {sign} | {exponent:<8} | "
+                         f"{mantissa:<23}  stores {round_trip(value, dtype).item()!r}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_spacing(magnitudes: torch.Tensor, gaps: dict[torch.dtype, torch.Tensor], ax=None):
+    """Log-log gap vs magnitude per dtype, within its range; dashed: largest finite, dotted:
+    smallest normal (left of it: subnormals, then underflow to zero)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7.5, 4), dpi=80)[1]
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+    for (dtype, gap), colour in zip(gaps.items(), colours):
+        f = format_facts(dtype)
+        inside = (magnitudes >= f.smallest_subnormal) & (magnitudes <= f.max)
+        ax.loglog(magnitudes[inside], gap[inside], label=f.name, color=colour)
+        ax.axvline(f.max, color=colour, linestyle="--", linewidth=1)
+        ax.axvline(f.smallest_normal, color=colour, linestyle=":", linewidth=1)
+    ax.set(xlabel="magnitude |x|", ylabel="gap to the next representable number")
+    ax.set_title("Spacing vs magnitude (dashed: largest finite; dotted: smallest normal)",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def logged_losses(n: int = 10_000, seed: int = 0) -> torch.Tensor:
+    """``n`` per-batch losses around 2.3, stored in float16 as a training log might (00.4)."""
+    generator = torch.Generator().manual_seed(seed)
+    return (2.3 + 0.2 * torch.randn(n, generator=generator)).to(torch.float16)

@@ -1,97 +1,132 @@
-"""How fast each 16-bit dtype is on this device, measured: :func:`speed_profile` (cached per machine and kernel
-choice) and :func:`workload`, which sizes down work in a dtype this machine emulates. Taught in notebook 00 §1-2;
-every "is bf16 fast here?" branch of the course asks it."""
+"""How fast each 16-bit dtype is here (:func:`speed_profile`), work sized to it (:func:`workload`),
+what to use per workload shape (:func:`recommendation`). Taught in notebook 00 §1-2."""
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import platform
+from statistics import median_high as _median
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .device import cpu_flags, strict_fp32
+from .device import autocast_dtype, cpu_flags, strict_fp32, supported_autocast_dtypes
+
+CACHE_VERSION = 2  # v2: nothing allocated while timed; the memory-bound add past the cache
+SPEED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+FAST_RATIO = 0.9  # within ~10 % of float32 or better: "fast" (timing noise on a busy laptop)
+EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for this dtype here
+MAX_MEMORY_RATIO = 3.0  # half the bytes: about 2x (2.4x seen on one core); beyond 3x is noise
 
 
 @dataclass(frozen=True)
 class DtypeSpeed:
-    """One dtype's measured speed relative to float32 on one device (ratios > 1 mean faster than float32)."""
+    """One dtype's measured speed relative to float32 on one device (above 1: faster)."""
 
     dtype: str
-    matmul_speedup: float       # compute-bound: float32 time / this dtype's time for an n x n matmul
-    elementwise_speedup: float  # memory-bound: the same for adding two large tensors
-    verdict: str                # the plain-words reading of the two ratios
+    matmul_speedup: float  # compute-bound: float32 time / this dtype's time, n x n matmul
+    elementwise_speedup: float  # memory-bound: the same for adding two long vectors (NaN: noise)
+    verdict: str  # the plain-words reading of the two ratios
 
     @property
-    def compute_is_fast(self) -> bool:
-        """True when this dtype's matmuls are at least as fast as float32's (native 16-bit units)."""
+    def compute_is_fast(self) -> bool:  # compute-bound matmuls about as fast as float32's or faster
         return self.matmul_speedup >= FAST_RATIO
 
     @property
-    def emulated(self) -> bool:
-        """True when matmuls in this dtype are much slower than float32 (converted through float32 in software)."""
+    def emulated(self) -> bool:  # compute-bound matmuls 3x slower than float32's or worse
         return self.matmul_speedup < EMULATED_RATIO
 
 
-FAST_RATIO = 0.9       # within ~10 % of float32 or better counts as "fast" (timing noise on a busy laptop)
-EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for this dtype here
-
-
-def speed_verdict(matmul_speedup: float, elementwise_speedup: float) -> str:
+def speed_verdict(matmul_speedup: float, elementwise_speedup: float, matmul_n: int = 256) -> str:
     """Words for a dtype's two measured ratios to float32 (see :class:`DtypeSpeed`)."""
+    mm = f"{matmul_n}x{matmul_n} matmul (compute-bound)"
     if matmul_speedup >= 1.2:
-        compute = f"native 16-bit math: matmul {matmul_speedup:.1f}x faster than float32"
+        compute = f"native 16-bit math: {mm} {matmul_speedup:.1f}x faster than float32"
     elif matmul_speedup >= FAST_RATIO:
-        compute = f"matmul about as fast as float32 ({matmul_speedup:.2f}x)"
+        compute = f"{mm} about as fast as float32 ({matmul_speedup:.2f}x)"
     elif matmul_speedup >= EMULATED_RATIO:
-        compute = f"matmul {1 / matmul_speedup:.1f}x slower than float32"
+        compute = f"{mm} {1 / matmul_speedup:.1f}x slower than float32"
     else:
-        compute = f"emulated: matmul {1 / matmul_speedup:.0f}x slower than float32"
-    memory = (f"memory-bound ops {elementwise_speedup:.1f}x faster (half the bytes)" if elementwise_speedup >= 1.1
-              else f"memory-bound ops {elementwise_speedup:.2f}x float32")
-    return f"{compute}; {memory}"
+        compute = f"emulated: {mm} {1 / matmul_speedup:.0f}x slower than float32"
+    if math.isnan(elementwise_speedup):
+        return f"{compute}; memory-bound ops: timings disagreed (noise), measure again"
+    if elementwise_speedup >= 1.1:
+        return f"{compute}; memory-bound ops {elementwise_speedup:.1f}x faster (half the bytes)"
+    return f"{compute}; memory-bound ops {elementwise_speedup:.2f}x float32"
+
+
+def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache"),
+                           default: int = 32 << 20) -> int:
+    """The largest CPU cache, from Linux's sysfs; ``default`` (32 MiB) where it cannot be read."""
+    sizes = []
+    for path in root.glob("index*/size"):
+        text = path.read_text().strip().upper()
+        sizes.append(int(text.rstrip("KM")) << {"K": 10, "M": 20}.get(text[-1:], 0))
+    return max(sizes, default=default)
+
+
+def default_sizes(device: str | torch.device) -> tuple[int, int]:
+    """(n x n matmul, add's elements): on a CPU the add streams past the last-level cache."""
+    if torch.device(device).type == "cuda":
+        return 4096, 1 << 26
+    return 256, max(1 << 22, last_level_cache_bytes())
+
+
+def timed_ops(dtype: torch.dtype, device: torch.device, matmul_n: int, elementwise_n: int):
+    """The two calls the profile times, into outputs allocated here (``out=``): no allocator."""
+    generator = torch.Generator(device).manual_seed(0)
+    a = torch.randn(matmul_n, matmul_n, device=device, generator=generator).to(dtype)
+    x, y = torch.ones(2, elementwise_n, device=device, dtype=dtype)  # values: no matter to an add
+    c, z = torch.empty_like(a), torch.empty_like(x)
+    return (lambda: torch.mm(a, a, out=c)), (lambda: torch.add(x, y, out=z))
 
 
 @functools.lru_cache(maxsize=None)
 def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
                    min_run_time: float) -> tuple[DtypeSpeed, ...]:
-    from .measure import fastest_time  # measure imports torch.utils.benchmark: load it only when measuring
+    from .measure import fastest_time  # loads torch.utils.benchmark: only when measuring
 
-    device_ = torch.device(device)
-    generator = torch.Generator(device_).manual_seed(0)
-    a32 = torch.randn(matmul_n, matmul_n, device=device_, generator=generator)
-    v32 = torch.randn(elementwise_n, device=device_, generator=generator)
-    times = {}
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        a, v = a32.to(dtype), v32.to(dtype)
+    ops = {d: timed_ops(d, torch.device(device), matmul_n, elementwise_n) for d in SPEED_DTYPES}
+    matmul, rounds = {}, []  # rounds: the memory-bound ratios to float32, one dict per round
+    torch.set_num_threads(1)  # one core: a busy machine cannot stall a second thread every call
+    try:
         with strict_fp32():
-            times[dtype] = (fastest_time(lambda: a @ a, min_run_time=min_run_time),
-                            fastest_time(lambda: v + v, min_run_time=min_run_time))
-    base_mm, base_ew = times[torch.float32]
+            for dtype, (mm, _) in ops.items():  # compute-bound: steady; the faster of two
+                matmul[dtype] = min(fastest_time(mm, min_run_time=min_run_time) for _ in range(2))
+            while len(rounds) < 3 or (len(rounds) < 5 and _median([max(r.values()) for r in rounds])
+                                      > MAX_MEMORY_RATIO):  # memory-bound: 3 rounds, 5 if noisy
+                add = {d: fastest_time(ops[d][1], min_run_time=min_run_time / 3) for d in ops}
+                rounds.append({d: add[torch.float32] / add[d] for d in SPEED_DTYPES[1:]})
+    finally:
+        torch.set_num_threads(threads)
     profile = [DtypeSpeed("float32", 1.0, 1.0, "the baseline")]
-    for dtype in (torch.bfloat16, torch.float16):
-        mm, ew = base_mm / times[dtype][0], base_ew / times[dtype][1]
-        profile.append(DtypeSpeed(str(dtype).removeprefix("torch."), mm, ew, speed_verdict(mm, ew)))
+    for dtype in SPEED_DTYPES[1:]:
+        mm, ew = matmul[torch.float32] / matmul[dtype], _median([r[dtype] for r in rounds])
+        ew = ew if ew <= MAX_MEMORY_RATIO else math.nan  # beyond physics: noise, not a finding
+        profile.append(DtypeSpeed(str(dtype)[6:], mm, ew, speed_verdict(mm, ew, matmul_n)))
     return tuple(profile)
 
 
 def _machine_key(device: torch.device, matmul_n: int, elementwise_n: int) -> str:
-    """What a cached profile is valid for: the hardware, the kernels torch may use, the thread count, the sizes."""
+    """What a cached profile is valid for: benchmark version, hardware, kernels, threads, sizes."""
     if device.type == "cuda":
-        hardware = f"{torch.cuda.get_device_name(device)} sm_%d%d" % torch.cuda.get_device_capability(device)
+        capability = "sm_%d%d" % torch.cuda.get_device_capability(device)
+        hardware = f"{torch.cuda.get_device_name(device)} {capability}"
     else:
-        flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"})
-        hardware = f"{platform.machine()} {platform.processor()} {'+'.join(flags)}"
-    kernels = (f"{torch.backends.cpu.get_cpu_capability()} ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}"
-               f" ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA')}")
-    return (f"{device.type}|{hardware}|{kernels}|torch {torch.__version__}|{torch.get_num_threads()} threads|"
-            f"{matmul_n}|{elementwise_n}")
+        isa = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
+        flags = "+".join(sorted(cpu_flags() & isa))
+        hardware = f"{platform.machine()} {platform.processor()} {flags}"
+    kernels = " ".join([torch.backends.cpu.get_cpu_capability()] + [
+        f"{v}={os.environ.get(v)}" for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")])
+    return (f"v{CACHE_VERSION}|{device.type}|{hardware}|{kernels}|torch {torch.__version__}|"
+            f"{torch.get_num_threads()} threads|{matmul_n}|{elementwise_n}")
 
 
 def speed_cache_path() -> Path:
-    """Where measured profiles are kept between runs: ``$AMP_COURSE_CACHE`` or ``~/.cache/amp-course``."""
+    """Where profiles are kept: ``$AMP_COURSE_CACHE`` or ``~/.cache/amp-course``."""
     root = os.environ.get("AMP_COURSE_CACHE") or Path.home() / ".cache" / "amp-course"
     return Path(root) / "speed_profile.json"
 
@@ -99,20 +134,10 @@ def speed_cache_path() -> Path:
 def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
                   elementwise_n: int | None = None, min_run_time: float = 0.03,
                   refresh: bool = False) -> dict[str, DtypeSpeed]:
-    """Measure, on ``device``, how fast bfloat16 and float16 are relative to float32; cached.
-
-    Two micro-benchmarks per dtype (``torch.utils.benchmark``, well under a second in all): an ``n x n`` matmul
-    (compute-bound: only 16-bit arithmetic units make it faster) and the sum of two long vectors (memory-bound: half
-    the bytes is faster even where the arithmetic is emulated). Returns ``{"float32": ..., "bfloat16": ...,
-    "float16": ...}`` of :class:`DtypeSpeed`, verdicts included. This is what every "is bf16 fast here?" branch of
-    the course asks; CPU flags only explain the answer (:func:`fast_dtypes`).
-
-    The ratios are kept per process and in a small JSON file (:func:`speed_cache_path`) keyed by the hardware, the
-    kernels torch may use (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``), the torch version and the thread
-    count, so each notebook does not measure again; ``refresh=True`` measures now and updates the file.
-    """
+    """Each dtype's :class:`DtypeSpeed` on ``device`` from :func:`timed_ops` (a ratio beyond
+    ``MAX_MEMORY_RATIO``: measured again, then NaN); cached by :func:`_machine_key`; 00 §1."""
     device = torch.device(device)
-    defaults = (4096, 1 << 26) if device.type == "cuda" else (256, 1 << 22)
+    defaults = default_sizes(device)
     matmul_n, elementwise_n = matmul_n or defaults[0], elementwise_n or defaults[1]
     key, path = _machine_key(device, matmul_n, elementwise_n), speed_cache_path()
     try:
@@ -122,10 +147,11 @@ def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = 
     if refresh:
         _speed_profile.cache_clear()
     elif key in cache:
-        return {name: DtypeSpeed(name, mm, ew, "the baseline" if name == "float32" else speed_verdict(mm, ew))
+        return {name: DtypeSpeed(name, mm, ew, "the baseline" if name == "float32" else
+                                 speed_verdict(mm, ew, matmul_n))
                 for name, (mm, ew) in cache[key].items()}
-    profile = {speed.dtype: speed for speed in _speed_profile(str(device), torch.get_num_threads(), matmul_n,
-                                                               elementwise_n, min_run_time)}
+    profile = {s.dtype: s for s in _speed_profile(str(device), torch.get_num_threads(), matmul_n,
+                                                  elementwise_n, min_run_time)}
     cache[key] = {name: (s.matmul_speedup, s.elementwise_speedup) for name, s in profile.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,16 +161,52 @@ def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = 
     return profile
 
 
-def workload(dtype: torch.dtype | str, full: int, reduced: int, device: str | torch.device = "cpu") -> int:
-    """``reduced`` where ``dtype`` is emulated on ``device`` (:attr:`DtypeSpeed.emulated`), else ``full``.
-
-    Experiments that run a dtype this machine emulates (fp16 on most CPUs, bf16 on AVX2-only CPUs: matmuls 30 to
-    100 times slower than float32) shrink their work this way, so that every learner's run (and ``pytest``) stays
-    fast while the claim is still checked. A dtype within a few times float32's speed keeps the full work; the
-    line is far from both kinds, so timing noise does not flip the choice (fp16 on a CPU with AVX512-FP16 measures
-    0.8 to 1.0 times float32, near the "fast" line).
-    """
+def workload(dtype: torch.dtype | str, full: int, reduced: int,
+             device: str | torch.device = "cpu") -> int:
+    """``reduced`` where ``dtype``'s matmuls are emulated on ``device``, else ``full``; 00 §2."""
     name = str(dtype).removeprefix("torch.")
-    if name == "float32":
-        return full
-    return reduced if speed_profile(device)[name].emulated else full
+    return reduced if name != "float32" and speed_profile(device)[name].emulated else full
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What to use on one device per workload shape (:func:`recommendation`)."""
+
+    decoding: str  # batch 1, token by token: memory-bound, the weights' bytes decide
+    batched: str  # batched inference: compute-bound, 16-bit units decide
+    training: str
+    reason: str
+
+    def __str__(self) -> str:
+        return "\n".join(f"{label:>34}: {text}" for label, text in (
+            ("batch-1 / decoding (memory-bound)", self.decoding),
+            ("batched inference", self.batched), ("training", self.training),
+            ("because", self.reason)))
+
+
+def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
+    """What to use on ``device`` per workload shape, from ``profile`` (batched: the fast 16-bit
+    dtype autocast accepts, bf16 first; decoding: the lighter weights). Notebooks 00 §1, 07 §1."""
+    device = torch.device(device)
+    allowed = [str(d)[6:] for d in supported_autocast_dtypes(device.type)]
+    fast = [n for n in ("bfloat16", "float16") if n in allowed and profile[n].compute_is_fast]
+    if device.type == "cuda":
+        fast = [n for n in fast if n == str(autocast_dtype(device))[6:]]
+    bonus = {"bfloat16": 1.1, "float16": 1.0}  # bf16 unless fp16 is >10 % faster: no GradScaler
+    pick = max(fast, key=lambda n: profile[n].matmul_speedup * bonus[n], default=None)
+    lighter = [n for n in allowed if profile[n].elementwise_speedup >= 1.1]
+    light = pick or max(lighter, key=lambda n: profile[n].elementwise_speedup * bonus[n],
+                        default=None)
+    bf16, fp16 = profile["bfloat16"], profile["float16"]
+    reason = (f"compute-bound matmul: bf16 {bf16.matmul_speedup:.2f}x, fp16 "
+              f"{fp16.matmul_speedup:.2f}x float32; memory-bound add: bf16 "
+              f"{bf16.elementwise_speedup:.2f}x, fp16 {fp16.elementwise_speedup:.2f}x")
+    decoding = (f"{light} weights (`model.to(torch.{light})`): half the bytes to read per token"
+                if light else "float32 (16-bit weights measured no faster here; they halve memory)")
+    if pick is None:
+        return Recommendation(decoding, "float32 (no fast 16-bit matmul units here)", "float32",
+                              reason)
+    scaler = (f"and torch.amp.GradScaler({device.type!r})" if pick == "float16"
+              else "no GradScaler (bf16 has float32's range)")
+    return Recommendation(decoding, f"torch.amp.autocast({device.type!r}, dtype=torch.{pick})",
+                          f"the same autocast, float32 weights, {scaler}", reason)

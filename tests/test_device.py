@@ -1,9 +1,10 @@
+import os
+
 import pytest
 import torch
 
 import helpers
 from helpers import device as device_module
-from helpers import speed as speed_module
 
 
 def test_pick_device_defaults_to_an_available_device():
@@ -65,46 +66,10 @@ def test_fast_dtypes_reads_cpu_flags(monkeypatch):
     assert "reports bf16 instructions (avx512_bf16)" in report["bfloat16"] and "emulated" in report["float16"]
     monkeypatch.setattr(device_module, "cpu_flags", lambda: set())
     assert "no avx512_bf16/amx_bf16" in helpers.fast_dtypes("cpu")["bfloat16"]
-    assert "memory-bound ops still gain" in helpers.fast_dtypes("cpu")["bfloat16"]
+    assert "memory-bound ops and batch-1 layers still gain" in helpers.fast_dtypes("cpu")["bfloat16"]
+    assert "above the crossover batch of 00 §2, much SLOWER" in helpers.fast_dtypes("cpu")["bfloat16"]
     monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16", "avx512_fp16"})
     assert "reports fp16 instructions (avx512_fp16)" in helpers.fast_dtypes("cpu")["float16"]
-
-
-@pytest.mark.parametrize("matmul, elementwise, words", [
-    (2.5, 1.8, "native 16-bit math: matmul 2.5x faster"),
-    (1.0, 1.6, "about as fast as float32"),
-    (0.5, 1.5, "matmul 2.0x slower"),
-    (0.01, 1.6, "emulated: matmul 100x slower"),
-])
-def test_speed_verdict_reads_both_ratios(matmul, elementwise, words):
-    verdict = speed_module.speed_verdict(matmul, elementwise)
-    assert words in verdict
-    assert "memory-bound ops 1.5x faster" in speed_module.speed_verdict(0.01, 1.5)
-    assert "memory-bound ops 0.90x float32" in speed_module.speed_verdict(0.01, 0.9)
-
-
-def test_speed_profile_measures_every_dtype_against_float32():
-    profile = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, min_run_time=0.001)
-    assert list(profile) == ["float32", "bfloat16", "float16"]
-    assert profile["float32"].matmul_speedup == profile["float32"].elementwise_speedup == 1.0
-    for name in ("bfloat16", "float16"):
-        speed = profile[name]
-        assert speed.matmul_speedup > 0 and speed.elementwise_speedup > 0
-        assert speed.verdict == speed_module.speed_verdict(speed.matmul_speedup, speed.elementwise_speedup)
-        assert speed.emulated == (speed.matmul_speedup < speed_module.EMULATED_RATIO)
-
-
-def test_workload_shrinks_only_for_an_emulated_dtype(monkeypatch):
-    fake = {"float32": helpers.DtypeSpeed("float32", 1.0, 1.0, ""),
-            "bfloat16": helpers.DtypeSpeed("bfloat16", 2.5, 1.8, ""),
-            "float16": helpers.DtypeSpeed("float16", 0.01, 1.6, "")}
-    monkeypatch.setattr(speed_module, "speed_profile", lambda device="cpu": fake)
-    assert helpers.workload(torch.float32, 100, 10) == 100
-    assert helpers.workload(torch.bfloat16, 100, 10) == 100
-    assert helpers.workload("float16", 100, 10) == 10
-    for ratio, expected in ((0.85, 100), (0.5, 100), (0.2, 10)):  # about as fast, 2x slower, 5x slower
-        fake["float16"] = helpers.DtypeSpeed("float16", ratio, 1.6, "")
-        assert helpers.workload("float16", 100, 10) == expected
 
 
 @pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", ""])
@@ -140,25 +105,104 @@ def test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu(tm
     assert done.stderr == ""
 
 
-def test_speed_profile_is_cached_per_machine_and_kernel_choice(monkeypatch):
-    first = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, min_run_time=0.001)
-    assert speed_module.speed_cache_path().exists()
-    speed_module._speed_profile.cache_clear()
+# ------------------------------------------------------------------ TF32: two APIs, two variables
 
-    def must_not_measure(*args, **kwargs):
-        raise AssertionError("measured again although the profile was cached")
+NEW_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")  # torch >= 2.9
+needs_new_api = pytest.mark.skipif(not NEW_API, reason="this torch has only the legacy TF32 flags")
 
-    must_not_measure.cache_clear = lambda: None
-    monkeypatch.setattr(speed_module, "_speed_profile", must_not_measure)
-    again = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
-    assert {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in again.items()} == \
-        {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in first.items()}
-    assert again["bfloat16"].verdict == first["bfloat16"].verdict
+
+def new_api_state() -> dict[str, str]:
+    return {name: holder.fp32_precision for name, holder in device_module._new_tf32_api()}
+
+
+def run_isolated(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter (TF32 state is process-wide), return what it printed."""
     import os
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    other_isa = "AVX2" if os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2" else "SSE41"
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", other_isa)  # other kernels: another measurement
-    with pytest.raises(AssertionError, match="measured again"):
-        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
-    with pytest.raises(AssertionError, match="measured again"):
-        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, refresh=True)
+    root = Path(__file__).resolve().parent.parent
+    environment = {**os.environ, "PYTHONPATH": str(root), **env}
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_tf32_settings_report_the_defaults_this_environment_gives():
+    settings = helpers.device.tf32_settings()
+    assert settings["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+                                                                           "unset")
+    overridden = os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
+    assert settings["torch.backends.cuda.matmul.allow_tf32"] is overridden
+    assert settings["torch.get_float32_matmul_precision()"] == ("high" if overridden else "highest")
+    assert settings["torch.backends.cudnn.allow_tf32"] is True
+
+
+def test_the_ngc_variable_turns_tf32_on_at_startup_and_strict_fp32_still_turns_it_off():
+    code = ("import torch, helpers\n"
+            "before = helpers.device.tf32_settings()\n"
+            "with helpers.strict_fp32():  # a learner's new-API setting inside a block\n"
+            "    if hasattr(torch.backends.cuda.matmul, 'fp32_precision'):\n"
+            "        torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+            "with helpers.strict_fp32():\n"
+            "    inside = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())\n"
+            "print(before['torch.backends.cuda.matmul.allow_tf32'], before['torch.get_float32_matmul_precision()'],"
+            " inside, helpers.device.tf32_settings() == before)")
+    assert run_isolated(code, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1").split() == \
+        ["True", "high", "(False,", "'highest')", "True"]
+
+
+ORDERS = {  # how a learner or library may have set TF32 before calling the course's helpers
+    "new API first": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
+    "new API, generic": "torch.backends.fp32_precision = 'ieee'",
+    "legacy first": "torch.backends.cuda.matmul.allow_tf32 = True",
+    "legacy precision": "torch.set_float32_matmul_precision('high')",
+    "legacy, then new": "torch.backends.cuda.matmul.allow_tf32 = True; "
+                        "torch.backends.cuda.matmul.fp32_precision = 'ieee'",
+}
+
+
+def _apply_order_then_check(order: str) -> tuple[bool, object]:
+    """In a forked child (TF32 state is process-wide): set TF32 the learner's way, then use tf32_flags."""
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True  # the defaults
+    exec(ORDERS[order])
+    before, legacy = device_module.tf32_settings(), device_module._legacy_tf32()
+    for enabled in (True, False):
+        with device_module.tf32_flags(enabled):
+            assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if enabled else "ieee")
+            assert torch.backends.cuda.matmul.allow_tf32 is enabled  # legacy readers inside work too
+        after = device_module.tf32_settings()
+        news = [name for name in before if name.endswith("fp32_precision")]
+        assert [after[n] for n in news] == [before[n] for n in news], (before, after)
+        assert legacy is None or device_module._legacy_tf32() == legacy
+    return legacy is None, before["torch.backends.cuda.matmul.allow_tf32"]
+
+
+@needs_new_api
+def test_tf32_flags_never_raise_and_restore_whatever_api_set_them():
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1, maxtasksperchild=1) as pool:  # a fresh child each
+        results = dict(zip(ORDERS, pool.map(_apply_order_then_check, ORDERS, chunksize=1)))
+    # the case of issue 20: after the new API, torch refuses the legacy read; the helpers do not crash
+    assert results["new API first"] == (True, "unreadable (fp32_precision set: mixing APIs raises)")
+    assert results["legacy first"] == (False, True)
+
+
+def test_tf32_flags_restore_after_an_error():
+    before = helpers.device.tf32_settings()
+    with pytest.raises(RuntimeError, match="boom"):
+        with helpers.device.tf32_flags(True):
+            assert torch.backends.cuda.matmul.allow_tf32 is True
+            raise RuntimeError("boom")
+    assert helpers.device.tf32_settings() == before
+
+
+def test_quiet_native_stderr_drops_what_c_code_writes_and_restores_fd_2(capfd):
+    with helpers.device.quiet_native_stderr():
+        os.write(2, b"profiler noise\n")  # what C++ code does: a write to file descriptor 2
+    os.write(2, b"after the block\n")
+    err = capfd.readouterr().err
+    assert "profiler noise" not in err and "after the block" in err

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import helpers
 from tools import bench as recorder
-from helpers import bench, ddp_train, device as device_mod, guide, measure, peaks
+from helpers import bench, ddp_train, device as device_mod, measure, nb07 as guide, peaks
 
 NATIVE_BF16 = (8, 0)  # Ampere: bf16 (and TF32) tensor cores from here on
 
@@ -158,9 +158,20 @@ def test_fast_dtypes_explains_from_the_compute_capability(fake_cuda, gpu):
     assert ("TF32" in verdicts["float32"]) is gpu.native_bf16
 
 
-def test_fast_dtypes_on_a_gpu_without_tensor_cores(fake_cuda):
-    fake_cuda(Gpu("Tesla P100-PCIE-16GB", (6, 0), None))
-    assert "no tensor cores (sm_60)" in helpers.fast_dtypes("cuda")["float16"]
+@pytest.mark.parametrize("gpu, rate", [(Gpu("Tesla P100-PCIE-16GB", (6, 0), None), "2x"),
+                                       (Gpu("NVIDIA GeForce GTX 1080", (6, 1), None), "1/64 of"),
+                                       (Gpu("NVIDIA GeForce GTX 1660 SUPER", (7, 5), None), "2x")])
+def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
+    """GTX 16xx is sm_75 like a T4 but has no tensor cores; P100 runs fp16 at 2x fp32, GTX 10xx at
+    1/64 (datasheets): neither is "fast", and the guide puts all three on its float32 row."""
+    fake_cuda(gpu)
+    verdicts = helpers.fast_dtypes("cuda")
+    sm = "sm_%d%d" % gpu.capability
+    assert f"no tensor cores ({sm}); fp16 at {rate} the fp32 rate (datasheet)" in verdicts["float16"]
+    assert not any(f"({sm}), fast" in verdicts[name] for name in ("float16", "bfloat16"))
+    assert helpers.device.tensor_cores() is False and guide.hardware_class("cuda") == "cuda-fp32"
+    fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
+    assert helpers.device.tensor_cores() is True and guide.hardware_class("cuda") == "cuda-fp16"
 
 
 @pytest.mark.parametrize("gpu", [GPUS[1], GPUS[-1]], ids=ids([GPUS[1], GPUS[-1]]))
@@ -180,6 +191,24 @@ def test_speed_profile_and_workload_use_gpu_sizes(fake_cuda, monkeypatch, gpu):
     assert seen == [("cuda", 4096, 1 << 26)]  # large enough to fill a GPU
     assert profile["float16"].compute_is_fast and profile["bfloat16"].compute_is_fast is gpu.native_bf16
     assert helpers.workload(torch.bfloat16, 100, 10, "cuda") == (100 if gpu.native_bf16 else 10)
+
+
+@pytest.mark.parametrize("bf16", [0.2, 1.0, 3.0], ids=["bf16-slow", "bf16-near-fp32", "bf16-fast"])
+@pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
+def test_recommendation_agrees_with_autocast_dtype_on_every_gpu(fake_cuda, gpu, bf16):
+    """A V100 or T4 gets fp16 and a GradScaler even where its (tensor-core-less) bf16 measures near fp32."""
+    fake_cuda(gpu)
+    profile = {"float32": helpers.DtypeSpeed("float32", 1.0, 1.0, "the baseline"),
+               "bfloat16": helpers.DtypeSpeed("bfloat16", bf16, 1.9, ""),
+               "float16": helpers.DtypeSpeed("float16", 3.0, 1.9, "")}
+    r = helpers.speed.recommendation(profile, "cuda")
+    expected = helpers.autocast_dtype("cuda")
+    if expected == torch.bfloat16 and bf16 < helpers.speed.FAST_RATIO:
+        assert r.batched.startswith("float32")  # measured slow: no claim from the datasheet alone
+    else:
+        assert r.batched == f"torch.amp.autocast('cuda', dtype={expected})"
+        assert ("GradScaler('cuda')" in r.training) is helpers.needs_grad_scaler(expected)
+    assert ("bfloat16" in r.batched + r.training) is (expected == torch.bfloat16 and bf16 >= 0.9)
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))

@@ -1,82 +1,199 @@
-"""helpers.nb00: the setup check's recommendation (fake profiles) and the two-kinds-of-speed reading."""
+"""helpers.speed: the measured profile (no allocation when timed, sizes past the cache, noise kept out of
+the verdicts, the versioned cache), workload, and recommendation() on simulated profiles per machine."""
+import json
+import math
+import os
+
+import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from helpers.speed import DtypeSpeed, speed_verdict
-from helpers.nb00 import (Recommendation, SpeedPoint, measure_two_kinds, recommendation, speedups,
-                           two_kinds_finding, verdict_table)
+import helpers
+from helpers import speed as speed_module
+from helpers.speed import DtypeSpeed, recommendation, speed_verdict
 
 
-def _profile(bf16: tuple[float, float], fp16: tuple[float, float]) -> dict[str, DtypeSpeed]:
+class NewStorages(TorchDispatchMode):
+    """Counts the op outputs whose storage is not one of the op's inputs (or ``out=``): allocations."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs or {}))
+                 if isinstance(t, torch.Tensor)}
+        out = func(*args, **(kwargs or {}))
+        self.count += sum(t.untyped_storage().data_ptr() not in given for t in tree_leaves(out)
+                          if isinstance(t, torch.Tensor))
+        return out
+
+
+def allocations(fn) -> int:
+    with NewStorages() as counter:
+        fn()
+    return counter.count
+
+
+def test_the_timed_region_allocates_nothing():
+    x = torch.ones(8)
+    assert allocations(lambda: x + x) == 1  # the counter sees a fresh output
+    for dtype in speed_module.SPEED_DTYPES:
+        for call in speed_module.timed_ops(dtype, torch.device("cpu"), 16, 64):
+            assert allocations(call) == 0, dtype
+
+
+def test_the_memory_bound_size_streams_past_the_last_level_cache(tmp_path):
+    llc = speed_module.last_level_cache_bytes()
+    assert llc >= 1 << 20
+    n = speed_module.default_sizes("cpu")[1]
+    assert 3 * n * 2 >= 4 * llc  # the add's three 16-bit tensors: several times the cache
+    for index, size in enumerate(("48K", "1024K", "96M")):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert speed_module.last_level_cache_bytes(root=tmp_path) == 96 << 20
+    assert speed_module.last_level_cache_bytes(root=tmp_path / "missing") == 32 << 20  # the default
+
+
+@pytest.mark.parametrize("matmul, elementwise, words", [
+    (2.5, 1.8, "native 16-bit math: 256x256 matmul (compute-bound) 2.5x faster"),
+    (1.0, 1.6, "about as fast as float32"),
+    (0.5, 1.5, "matmul (compute-bound) 2.0x slower"),
+    (0.01, 1.6, "emulated: 256x256 matmul (compute-bound) 100x slower"),
+])
+def test_speed_verdict_reads_both_ratios(matmul, elementwise, words):
+    assert words in speed_verdict(matmul, elementwise)
+    assert "memory-bound ops 1.5x faster" in speed_verdict(0.01, 1.5)
+    assert "memory-bound ops 0.90x float32" in speed_verdict(0.01, 0.9)
+    assert "noise" in speed_verdict(0.01, math.nan)
+
+
+def test_speed_profile_measures_every_dtype_against_float32():
+    profile = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 16, min_run_time=0.001)
+    assert list(profile) == ["float32", "bfloat16", "float16"]
+    assert profile["float32"].matmul_speedup == profile["float32"].elementwise_speedup == 1.0
+    for name in ("bfloat16", "float16"):
+        speed = profile[name]
+        assert speed.matmul_speedup > 0 and not speed.elementwise_speedup <= 0
+        assert speed.verdict == speed_verdict(speed.matmul_speedup, speed.elementwise_speedup, 32)
+        assert speed.emulated == (speed.matmul_speedup < speed_module.EMULATED_RATIO)
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+def _fake_times(monkeypatch, add_ratio: float) -> list[str]:
+    """fastest_time making 16-bit matmuls 2x and adds ``add_ratio`` x faster than float32's (which
+    _speed_profile times first: 2 matmul calls per dtype, then rounds of 3 adds); returns the calls."""
+    import helpers.measure
+
+    calls = []
+
+    def fake(fn, min_run_time):
+        index, kind = len(calls), "matmul" if len(calls) < 6 else "add"
+        calls.append(kind)
+        if (index < 2) if kind == "matmul" else (index - 6) % 3 == 0:  # float32
+            return 1.0
+        return 0.5 if kind == "matmul" else 1.0 / add_ratio
+
+    monkeypatch.setattr(helpers.measure, "fastest_time", fake)
+    return calls
+
+
+@pytest.mark.parametrize("ratio, rounds, expected", [(1.9, 3, 1.9), (57.9, 5, math.nan)])
+def test_a_memory_bound_ratio_beyond_physics_is_measured_again_then_called_noise(monkeypatch, ratio,
+                                                                                 rounds, expected):
+    calls = _fake_times(monkeypatch, ratio)
+    profile = speed_module._speed_profile.__wrapped__("cpu", 1, 8, 64, 0.001)
+    assert calls.count("add") == 3 * rounds
+    for speed in profile[1:]:
+        assert math.isclose(speed.elementwise_speedup, expected) or (math.isnan(expected)
+                                                                      and math.isnan(speed.elementwise_speedup))
+    assert ("noise" in profile[1].verdict) is math.isnan(expected)
+
+
+def test_workload_shrinks_only_for_an_emulated_dtype(monkeypatch):
+    fake = {"float32": DtypeSpeed("float32", 1.0, 1.0, ""), "bfloat16": DtypeSpeed("bfloat16", 2.5, 1.8, ""),
+            "float16": DtypeSpeed("float16", 0.01, 1.6, "")}
+    monkeypatch.setattr(speed_module, "speed_profile", lambda device="cpu": fake)
+    assert helpers.workload(torch.float32, 100, 10) == 100
+    assert helpers.workload(torch.bfloat16, 100, 10) == 100
+    assert helpers.workload("float16", 100, 10) == 10
+    for ratio, expected in ((0.85, 100), (0.5, 100), (0.2, 10)):  # about as fast, 2x slower, 5x slower
+        fake["float16"] = DtypeSpeed("float16", ratio, 1.6, "")
+        assert helpers.workload("float16", 100, 10) == expected
+
+
+def test_speed_profile_is_cached_per_version_machine_and_kernel_choice(monkeypatch):
+    first = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, min_run_time=0.001)
+    path = speed_module.speed_cache_path()
+    assert path.exists()
+    speed_module._speed_profile.cache_clear()
+
+    def must_not_measure(*args, **kwargs):
+        raise AssertionError("measured again although the profile was cached")
+
+    must_not_measure.cache_clear = lambda: None
+    monkeypatch.setattr(speed_module, "_speed_profile", must_not_measure)
+    again = helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
+    assert {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in again.items()} == \
+        {k: (v.matmul_speedup, v.elementwise_speedup) for k, v in first.items()}
+    assert again["bfloat16"].verdict == first["bfloat16"].verdict
+    # a profile cached by an older benchmark (another version in its key) is not reused
+    monkeypatch.setattr(speed_module, "CACHE_VERSION", speed_module.CACHE_VERSION + 1)
+    with pytest.raises(AssertionError, match="measured again"):
+        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
+    monkeypatch.undo()
+    monkeypatch.setattr(speed_module, "_speed_profile", must_not_measure)
+    assert all(key.startswith(f"v{speed_module.CACHE_VERSION}|") for key in json.loads(path.read_text()))
+    other_isa = "AVX2" if os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX2" else "SSE41"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", other_isa)  # other kernels: another measurement
+    with pytest.raises(AssertionError, match="measured again"):
+        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12)
+    with pytest.raises(AssertionError, match="measured again"):
+        helpers.speed_profile("cpu", matmul_n=32, elementwise_n=1 << 12, refresh=True)
+
+
+# ------------------------------------------------- recommendation(): simulated profiles per machine class
+
+def profile(bf16: tuple[float, float], fp16: tuple[float, float]) -> dict[str, DtypeSpeed]:
     return {"float32": DtypeSpeed("float32", 1.0, 1.0, "the baseline"),
             "bfloat16": DtypeSpeed("bfloat16", *bf16, speed_verdict(*bf16)),
             "float16": DtypeSpeed("float16", *fp16, speed_verdict(*fp16))}
 
 
-AVX2_LAPTOP = _profile(bf16=(0.01, 1.7), fp16=(0.01, 1.6))
-AVX512_BF16_CPU = _profile(bf16=(2.2, 1.7), fp16=(0.01, 1.6))
-CUDA_AMPERE = _profile(bf16=(12.0, 1.9), fp16=(12.5, 1.9))
-CUDA_T4 = _profile(bf16=(0.2, 1.9), fp16=(6.0, 1.9))
+AVX2_LAPTOP = profile(bf16=(0.01, 1.7), fp16=(0.01, 1.6))
+AVX512_BF16_CPU = profile(bf16=(2.0, 1.9), fp16=(0.03, 2.2))  # Zen 4: no AVX512-FP16
+AMX_FP16_CPU = profile(bf16=(2.0, 1.9), fp16=(2.6, 1.9))  # fp16 more than 10 % faster than bf16
+NOISY_LAPTOP = profile(bf16=(0.01, math.nan), fp16=(0.01, math.nan))
 
 
-def test_avx2_laptop_keeps_float32():
+def test_avx2_laptop_keeps_float32_for_batched_work_and_16_bit_weights_for_decoding():
     r = recommendation(AVX2_LAPTOP, "cpu")
-    assert r.inference.startswith("float32") and r.training == "float32"
-    assert "0.01x" in r.reason
+    assert r.batched.startswith("float32") and r.training == "float32"
+    assert r.decoding.startswith("bfloat16 weights")  # memory-bound: half the bytes win, emulated or not
+    assert "bf16 0.01x" in r.reason and "fp16 0.01x" in r.reason
+    assert "float32" in recommendation(NOISY_LAPTOP, "cpu").decoding  # noise is no reason for 16 bits
 
 
-def test_avx512_bf16_cpu_gets_bf16_autocast_without_scaler():
+def test_bf16_cpu_gets_bf16_autocast_and_compares_bf16_with_fp16():
     r = recommendation(AVX512_BF16_CPU, "cpu")
-    assert r.inference == "torch.amp.autocast('cpu', dtype=torch.bfloat16)"
-    assert "no GradScaler" in r.training
+    assert r.batched == "torch.amp.autocast('cpu', dtype=torch.bfloat16)"
+    assert "no GradScaler" in r.training and r.decoding.startswith("bfloat16")
+    assert "training" in str(r) and "batch-1 / decoding (memory-bound)" in str(r)
+    amx = recommendation(AMX_FP16_CPU, "cpu")
+    assert amx.batched == "torch.amp.autocast('cpu', dtype=torch.float16)"
+    assert "GradScaler('cpu')" in amx.training
+    near = profile(bf16=(2.0, 1.9), fp16=(2.1, 1.9))  # fp16 only 5 % faster: bf16, no scaler needed
+    assert "bfloat16" in recommendation(near, "cpu").batched
 
 
-def test_cuda_ampere_gets_bf16_and_t4_gets_fp16_with_scaler():
-    assert "bfloat16" in recommendation(CUDA_AMPERE, "cuda").inference
-    t4 = recommendation(CUDA_T4, "cuda")
-    assert t4.inference == "torch.amp.autocast('cuda', dtype=torch.float16)"
-    assert "GradScaler('cuda')" in t4.training
-    assert isinstance(t4, Recommendation) and "training" in str(t4)
-
-
-def test_verdict_table_puts_measurement_before_report():
-    text = verdict_table(AVX2_LAPTOP, {"bfloat16": "CPU reports no avx512_bf16"})
-    lines = text.splitlines()
-    assert "measured: emulated" in lines[2] and "reported: CPU reports no avx512_bf16" in lines[3]
-
-
-def _points(add: dict[str, float], mm: dict[str, float]) -> list[SpeedPoint]:
-    points = [SpeedPoint("add", d, 1 << 24, 0.01 / r) for d, r in add.items()]
-    points += [SpeedPoint("add", d, 1 << 12, 1e-6) for d in add]
-    points += [SpeedPoint("matmul", d, 256, 0.001 / r) for d, r in mm.items()]
-    points += [SpeedPoint("matmul", d, 512, 0.008) for d in ("float32", "bfloat16")]  # fp16 skipped (emulated)
-    return points
-
-
-def test_speedups_compare_at_the_largest_common_size():
-    size, ratios = speedups(_points({"float32": 1, "bfloat16": 1.7, "float16": 1.6},
-                                    {"float32": 1, "bfloat16": 2.0, "float16": 0.01}), "matmul")
-    assert size == 256 and abs(ratios["bfloat16"] - 2.0) < 1e-9 and abs(ratios["float16"] - 0.01) < 1e-9
-
-
-def test_finding_words_follow_the_numbers():
-    laptop = two_kinds_finding(_points({"float32": 1, "bfloat16": 1.7, "float16": 1.6},
-                                       {"float32": 1, "bfloat16": 0.01, "float16": 0.01}))
-    assert "bfloat16 1.7x faster than float32" in laptop and "100x slower" in laptop
-    assert laptop.endswith("Faster math (16-bit units) here for: none.")
-    server = two_kinds_finding(_points({"float32": 1, "bfloat16": 1.7, "float16": 1.6},
-                                       {"float32": 1, "bfloat16": 2.5, "float16": 0.01}))
-    assert server.endswith("here for: bfloat16.")
-
-
-def test_measure_two_kinds_runs_every_dtype_and_size():
-    points = measure_two_kinds("cpu", add_sizes=(256, 1024), matmul_sizes=(8, 16), min_run_time=0.001)
-    assert {p.dtype for p in points} == {"float32", "bfloat16", "float16"}
-    assert {p.size for p in points if p.op == "add"} == {256, 1024}
-    assert all(p.seconds > 0 and p.rate > 0 for p in points)
-    assert torch.get_float32_matmul_precision() == "highest"
-
-
-def test_measure_two_kinds_restores_the_thread_count():
-    threads = torch.get_num_threads()
-    measure_two_kinds("cpu", add_sizes=(64, 128), matmul_sizes=(4, 8), min_run_time=0.001, cpu_threads=1)
-    assert torch.get_num_threads() == threads
+@pytest.mark.parametrize("accepted", [(), (torch.float16,)])
+def test_mps_never_gets_a_dtype_its_autocast_rejects(monkeypatch, accepted):
+    monkeypatch.setattr(speed_module, "supported_autocast_dtypes", lambda device_type: accepted)
+    r = recommendation(AMX_FP16_CPU, "mps")  # bf16 and fp16 both measured fast
+    assert "bfloat16" not in r.decoding + r.batched + r.training
+    if accepted:
+        assert r.batched == "torch.amp.autocast('mps', dtype=torch.float16)"
+        assert r.decoding.startswith("float16") and "GradScaler('mps')" in r.training
+    else:
+        assert r.batched.startswith("float32") and r.decoding.startswith("float32")

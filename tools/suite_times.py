@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.device import cpu_flags
 from helpers.speed import speed_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +37,18 @@ README_TEST = "tests/test_course_stats.py::test_readme_suite_times_are_the_recor
 def cpu_class() -> str:
     """'native bf16' or 'emulated bf16', from this machine's measured bf16 matmul speed."""
     return "native bf16" if speed_profile("cpu")["bfloat16"].compute_is_fast else "emulated bf16"
+
+
+def machine() -> str:
+    """The CPU model and its 16-bit flags, and the kernel restriction if one imitates another CPU class
+    (the speed profile's figures come from this machine, not from the class it imitates)."""
+    from tools.bench import machine_info
+
+    flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"})
+    limits = [f"{name}={os.environ[name]}" for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+              if name in os.environ]
+    imitation = f"; imitation: {' '.join(limits)}" if limits else ""
+    return f"{machine_info(torch.device('cpu'))['device_name']} ({'+'.join(flags) or 'no AVX flags'}{imitation})"
 
 
 def group_of(testcase: ElementTree.Element) -> str:
@@ -73,6 +87,7 @@ def measure(pytest_args: list[str] | None = None) -> dict:
         groups = group_seconds(report)
     profile = speed_profile("cpu")
     return {"cpu_class": cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": machine(),
             "speed_profile": {name: {"matmul_speedup": round(speed.matmul_speedup, 3),
                                      "elementwise_speedup": round(speed.elementwise_speedup, 2)}
                               for name, speed in profile.items() if name != "float32"},
@@ -89,11 +104,11 @@ def _records(directory: Path) -> list[dict]:
 
 def readme_speed_table(directory: Path = TIMES_DIR) -> str:
     """The README's table of measured dtype speed (ratio to float32) for each recorded CPU class."""
-    rows = ["| CPU class (torch's kernels) | bf16 matmul | bf16 element-wise | fp16 matmul | fp16 element-wise |",
-            "|---|---|---|---|---|"]
+    rows = ["| CPU class (torch's kernels) | machine (CPU, flags) | bf16 matmul | bf16 element-wise | fp16 matmul "
+            "| fp16 element-wise |", "|---|---|---|---|---|---|"]
     for r in _records(directory):
         p = r["speed_profile"]
-        rows.append(f"| {r['cpu_class']} ({r['cpu_capability']}) | "
+        rows.append(f"| {r['cpu_class']} ({r['cpu_capability']}) | {r.get('machine', 'not recorded')} | "
                     + " | ".join(f"{p[d][k]:.2g}x" for d in ("bfloat16", "float16")
                                  for k in ("matmul_speedup", "elementwise_speedup")) + " |")
     return "\n".join(rows)

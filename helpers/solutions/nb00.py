@@ -1,7 +1,10 @@
 """Solutions to notebook 00's exercises, computed with PyTorch."""
+import math
+
 import torch
 
-from ..formats import format_facts, logged_losses, spacing
+from ..formats import format_facts, spacing
+from ..nb00 import logged_losses
 
 
 def _bf16_running_sum_of_ones() -> float:
@@ -11,9 +14,24 @@ def _bf16_running_sum_of_ones() -> float:
     return total.item()
 
 
-def _mean_of_logged_losses() -> float:
-    # the mean of the float16 values, computed exactly enough: float64 accumulator
-    return logged_losses().double().mean().item()
+class RepairedMean:
+    """00.4's judge: the answer is the learner's repaired function, run on the notebook's losses and
+    on skewed ones (mean 2, median 1.25: the median fails) against the float64 mean. A float16
+    result is two roundings of at most 2**-11 (torch.sum's output, the division): 2**-9 accepts
+    every correct fix; a typed number, the stalled float16 running sum or the median cannot pass."""
+
+    def __eq__(self, answer: object) -> bool:
+        if not callable(answer):
+            return False
+        skewed = 0.5 + 6 * torch.rand(10_000, generator=torch.Generator().manual_seed(1)) ** 3
+        for losses in (logged_losses(), skewed.half()):
+            exact = losses.double().mean().item()
+            if not math.isclose(float(answer(losses)), exact, rel_tol=2**-9):
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return "a function returning the mean of any float16 losses"
 
 
 SOLUTIONS = {
@@ -23,11 +41,10 @@ SOLUTIONS = {
     "00.2": lambda: spacing(1500.0, torch.float16).item(),
     # 00.3: the smallest positive float16 number
     "00.3": lambda: format_facts(torch.float16).smallest_subnormal,
-    # 00.4 (fix the code): the mean of 10,000 float16 losses, which a float16 running sum gets wrong
-    "00.4": _mean_of_logged_losses,
+    # 00.4 (fix the code): a function that averages float16 losses, which a float16 running sum
+    # gets wrong: judged by running it
+    "00.4": RepairedMean,
 }
 
 # 00.3 is printed rounded to three digits (5.96e-08): accept that.
-# 00.4: a fix may keep a float16 result (torch.sum, then a division): two roundings of at most 2**-11 each,
-# so 2e-3 accepts every correct fix; the broken float16 running sum is off by more than half.
-TOLERANCES = {"00.3": 1e-3, "00.4": 2e-3}
+TOLERANCES = {"00.3": 1e-3}

@@ -1,4 +1,5 @@
-"""Solutions to notebook 07's exercises, computed with PyTorch (the notebook's model, rebuilt here)."""
+"""Solutions to notebook 07's exercises, computed with PyTorch (the notebook's model, rebuilt here).
+"""
 from __future__ import annotations
 
 import torch
@@ -6,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..debugging import first_nonfinite_op
+from ..dtype_trace import record_ops
 
 
 class Attention(nn.Module):
@@ -23,7 +25,8 @@ class Attention(nn.Module):
 
 
 class IslandAttention(Attention):
-    """The fix of exercise 07.1: scores and softmax in float32, back to the input's dtype for the values."""
+    """The fix of exercise 07.1: scores and softmax in float32, back to the input's dtype for the
+    values."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k = self.query(x).float(), self.key(x).float()
@@ -43,7 +46,8 @@ class SensorModel(nn.Module):
 
 
 def data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The notebook's raw readings, then the normalised inputs and labels of section 4 (one generator, seed 0)."""
+    """The notebook's raw readings, then the normalised inputs and labels of section 4 (one
+    generator, seed 0)."""
     generator = torch.Generator().manual_seed(0)
     readings = torch.rand(8, 32, 16, generator=generator) * 500
     inputs = torch.rand(8, 32, 16, generator=generator)
@@ -52,7 +56,8 @@ def data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def agreement(attention: type) -> int:
-    """How many of the 8 predictions of the float16 model equal the float32 model's, on the raw readings."""
+    """How many of the 8 predictions of the float16 model equal the float32 model's, on the raw
+    readings."""
     readings, _, _ = data()
     torch.manual_seed(0)
     model = SensorModel(attention=attention).eval()
@@ -62,9 +67,35 @@ def agreement(attention: type) -> int:
     return int((predictions16 == predictions32).sum())
 
 
+class IslandJudge:
+    """07.1's judge: the answer is the learner's attention class. With section 2's weights, its
+    float32 outputs must equal :class:`Attention`'s on the normalised inputs (the math unchanged: no
+    1/sqrt(d) rescaling), the float16 model must compute the scores' product in float32 (a trace of
+    the ops) and agree with float32 on all 8 raw readings. A typed 8 is no class: "not yet"."""
+
+    def __eq__(self, answer: object) -> bool:
+        if not (isinstance(answer, type) and issubclass(answer, nn.Module)):
+            return False
+        readings, inputs, _ = data()
+        models = []
+        for attention in (Attention, answer):
+            torch.manual_seed(0)
+            models.append(SensorModel(attention=attention).eval())
+        with torch.inference_mode():
+            reference, output = (model(inputs) for model in models)
+            _, ops = record_ops(lambda: models[1].half()(readings.half()))
+        float32_product = any(op.name in ("matmul", "bmm") and op.output_dtypes == (torch.float32,)
+                              for op in ops)
+        same_math = torch.allclose(output, reference, rtol=1e-4, atol=1e-5)
+        return same_math and float32_product and agreement(answer) == 8
+
+    def __repr__(self) -> str:
+        return "an attention class with a float32 island, the same math as Attention"
+
+
 def largest_finite_scale_exponent(batch: int = 64, start: int = 24) -> int:
-    """The largest k <= start for which the first scaled float16-autocast backward pass of a fresh model on a
-    normalised batch (generator seed 1) stays finite (CPU)."""
+    """The largest k <= start for which the first scaled float16-autocast backward pass of a fresh
+    model on a normalised batch (generator seed 1) stays finite (CPU)."""
     generator = torch.Generator().manual_seed(1)
     inputs = torch.rand(batch, 32, 16, generator=generator)
     labels = torch.randint(0, 4, (batch,), generator=generator)
@@ -81,8 +112,9 @@ def largest_finite_scale_exponent(batch: int = 64, start: int = 24) -> int:
 
 
 SOLUTIONS = {
-    # 07.1: predictions of the float16 model with a float32 island that agree with float32 (of 8)
-    "07.1": lambda: agreement(IslandAttention),
-    # 07.2: largest power-of-two exponent of the loss scale whose first backward pass (batch 64) stays finite
+    # 07.1 (fix the code): an attention class whose scores are a float32 island, judged by
+    # building the model from it (outputs, a trace of its ops, agreement with float32 on 8 readings)
+    "07.1": IslandJudge,
+    # 07.2: largest exponent k of a loss scale 2**k keeping the first backward (batch 64) finite
     "07.2": largest_finite_scale_exponent,
 }

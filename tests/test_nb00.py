@@ -1,0 +1,92 @@
+"""helpers.nb00 (the roofline's reading, the verdict and format tables) and notebook 00's solutions."""
+import pytest
+import torch
+
+from helpers import check, exercises, nb00 as lab
+
+SIZE = 4096
+
+
+def linear(dtype: str, batch: int, seconds: float) -> lab.Point:
+    nbytes = (SIZE * SIZE + 2 * batch * SIZE) * (4 if dtype == "float32" else 2)
+    return lab.Point(dtype, "linear", batch, 2 * batch * SIZE * SIZE, nbytes, seconds)
+
+
+def fp32_seconds(batch: int) -> float:
+    """A fake machine: 40 GB/s, 100 GFLOP/s in float32; its ridge is near 2.5 FLOP/byte (batch ~5)."""
+    point = linear("float32", batch, 1.0)
+    return max(point.nbytes / 40e9, point.flops / 100e9)
+
+
+def sweep(bf16: dict[int, float], fp16: dict[int, float]) -> list[lab.Point]:
+    """float32 on the fake machine at batches 1-64; 16-bit linears at the given speed ratios to it; adds
+    at 40 GB/s and a tiny add at 2 us."""
+    points = [linear("float32", b, fp32_seconds(b)) for b in (1, 4, 16, 64)]
+    points += [linear("bfloat16", b, fp32_seconds(b) / r) for b, r in bf16.items()]
+    points += [linear("float16", b, fp32_seconds(b) / r) for b, r in fp16.items()]
+    for dtype, size in (("float32", 4), ("bfloat16", 2), ("float16", 2)):
+        points.append(lab.Point(dtype, "add", 1 << 24, 1 << 24, 3 * size << 24, 3 * size * (1 << 24) / 40e9))
+        points.append(lab.Point(dtype, "add", 1024, 1024, 3 * size * 1024, 2e-6))
+    return points
+
+
+def test_roofline_roofs_come_from_the_measured_points():
+    roofline = lab.Roofline.from_points(sweep({1: 2.0, 4: 1.5}, {1: 2.0}))
+    assert roofline.bandwidth["float32"] == pytest.approx(40e9)
+    assert roofline.compute["float32"] == pytest.approx(100e9)
+    point = linear("bfloat16", 1, 0.5)
+    assert point.intensity == pytest.approx(2 * SIZE * SIZE / ((SIZE * SIZE + 2 * SIZE) * 2))
+
+
+def test_the_crossover_and_the_finding_follow_the_measurement():
+    roofline = lab.Roofline.from_points(sweep(bf16={1: 2.0, 4: 1.33, 16: 0.2}, fp16={1: 0.95, 4: 0.5}))
+    assert roofline.ties_up_to("bfloat16") == 4 and roofline.ties_up_to("float16") == 1  # an AVX2 laptop
+    text = str(roofline)
+    assert "bfloat16 weights: ties or wins up to batch 4; batch 16: 0.20x, compute-bound" in text
+    assert "(batch 1: 2.00x)" in text and "float16 weights: ties or wins up to batch 1; batch 4: 0.50x" in text
+    native = lab.Roofline.from_points(sweep(bf16={1: 1.9, 4: 1.8, 16: 2.0, 64: 2.0}, fp16={1: 0.5, 4: 1.0}))
+    assert native.ties_up_to("bfloat16") == 64
+    assert "at every batch measured, 1 to 64" in str(native)
+    assert "slower than float32 from batch 1; batch 1: 0.50x, below the ridge" in str(native)
+    assert "overhead-bound: a float32 add of 1,024 elements takes 2.0 us, 6.1 GB/s: 15% of" in str(native)
+    noisy = lab.Roofline.from_points(sweep(bf16={1: 7.6, 4: 1.8}, fp16={1: 1.9}))
+    assert "(batch 1: 7.60x: more than half the bytes allow, noise: run again)" in str(noisy)
+    assert "(batch 1: 1.90x)" in str(noisy)
+
+
+def test_sweep_sizes_stream_past_the_cache_and_reach_the_compute_bound_regime():
+    size, batches, elements = lab.sweep_sizes("cpu")
+    assert size * size * 2 >= 32 << 20 and batches[0] == 1 and batches[-1] >= 64 and elements >= 1 << 22
+
+
+def test_format_and_bit_tables_name_every_format():
+    table = lab.format_table()
+    assert "e4m3fn" in table and "e5m2" in table and "6.55e+04" in table
+    assert "float16: 0 | 01111    | 0000000000" in lab.bit_table((1.0,), (torch.float16,))
+
+
+# --- exercise 00.4 (fix the code): a float16 running mean ---
+
+grade = getattr(exercises, "grade", check)  # True/False (None: not answered), printing or not
+
+
+def running_mean(dtype: torch.dtype):
+    """The exercise's loop, with its running total in ``dtype`` (float16: the code as given)."""
+    def mean_of(losses: torch.Tensor) -> float:
+        total = torch.zeros((), dtype=dtype)
+        for loss in losses:
+            total = total + loss
+        return (total / len(losses)).item()
+    return mean_of
+
+
+def test_exercise_00_4_wrong_answers_are_not_yet_and_fixes_are_accepted():
+    losses = lab.logged_losses()
+    wrong = [running_mean(torch.float16), 2.3, losses.float().median().item(),  # the given code;
+             running_mean(torch.float32)(losses),  # the text's "about 2.3"; the median; a number,
+             lambda l: 2.3, lambda l: l.float().median().item()]  # not the repaired function
+    assert [grade("00.4", answer) for answer in wrong] == [False] * len(wrong)
+    fixes = [running_mean(torch.float32), running_mean(torch.float64),  # a float32 accumulator
+             lambda l: (l.sum() / len(l)).item(), lambda l: l.mean().item(),  # one reduction
+             lambda l: l.float().mean().item()]
+    assert [grade("00.4", answer) for answer in fixes] == [True] * len(fixes)
