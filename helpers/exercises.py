@@ -37,7 +37,9 @@ def tolerance(key: str) -> float:
 
 def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
     if isinstance(expected, bool) or isinstance(answer, bool):
-        return answer is expected or answer == expected
+        return answer is expected  # 0 is not False, 1 is not True: a yes/no question wants True or False
+    if isinstance(expected, int) and isinstance(answer, (int, float)):
+        return answer == expected  # a count or a number of bytes is exact: no tolerance
     if isinstance(expected, (int, float)) and isinstance(answer, (int, float)):
         if math.isnan(expected):
             return math.isnan(answer)
@@ -47,14 +49,22 @@ def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
     return answer == expected
 
 
-def check(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
-    """Print whether ``answer`` solves exercise ``key``; return True/False, or None if not answered yet.
+def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
+    """Whether ``answer`` solves exercise ``key``: True/False, or None if not answered yet (``answer is None``).
 
-    Numbers are compared with ``rel_tol`` (default: the exercise's own tolerance, see :func:`tolerance`).
+    Integer answers (counts, bytes) must be exact; other numbers are compared with ``rel_tol`` (default: the
+    exercise's own tolerance, see :func:`tolerance`); yes/no answers must be ``True`` or ``False``.
     """
     if answer is None:
-        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell again.")
         return None
-    correct = _matches(answer, solution(key), tolerance(key) if rel_tol is None else rel_tol)
-    print(f"Exercise {key}: {'correct!' if correct else 'not yet: try again (the hint may help).'}")
-    return correct
+    return _matches(answer, solution(key), tolerance(key) if rel_tol is None else rel_tol)
+
+
+def check(key: str, answer: Any, rel_tol: float | None = None) -> None:
+    """Print whether ``answer`` solves exercise ``key`` (see :func:`grade`); returns nothing, so a notebook cell
+    shows only the verdict."""
+    correct = grade(key, answer, rel_tol)
+    if correct is None:
+        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell again.")
+    else:
+        print(f"Exercise {key}: {'correct!' if correct else 'not yet: try again (the hint may help).'}")

@@ -1,5 +1,5 @@
 """helpers.nb01 (notebook 01's scaffolding), helpers.dtype_trace.casts_per_call as section 6 uses it, and the
-exercise solutions of notebook 01: they give the right answers, and check() rejects wrong ones."""
+exercise solutions of notebook 01: they give the right answers, and grade() rejects wrong ones."""
 from __future__ import annotations
 
 import copy
@@ -13,10 +13,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+import helpers  # noqa: E402
 from helpers import nb01  # noqa: E402
 from helpers.data import shapes_dataset  # noqa: E402
 from helpers.dtype_trace import GRAD_MODES, casts_per_call  # noqa: E402
-from helpers.exercises import check, solution, tolerance  # noqa: E402
+from helpers.exercises import grade, solution, tolerance  # noqa: E402
 from helpers.measure import saved_activation_bytes_by_dtype  # noqa: E402
 from helpers.model import load_reference_model  # noqa: E402
 from helpers.peaks import load_peaks  # noqa: E402
@@ -105,9 +106,9 @@ def test_01_1_saved_bytes_of_the_half_model():
     assert set(by_dtype) == {torch.float32, torch.int64}
     expected = by_dtype[torch.float32] // 2 + by_dtype[torch.int64]
     assert solution("01.1") == expected == 12591808
-    assert check("01.1", expected) is True
-    assert check("01.1", sum(by_dtype.values())) is False  # the float32 figure
-    assert check("01.1", sum(by_dtype.values()) // 2) is False  # halving everything, int64 indices included
+    assert grade("01.1", expected) is True
+    assert grade("01.1", sum(by_dtype.values())) is False  # the float32 figure
+    assert grade("01.1", sum(by_dtype.values()) // 2) is False  # halving everything, int64 indices included
 
 
 def test_01_2_smallest_fp16_whose_square_overflows():
@@ -118,13 +119,13 @@ def test_01_2_smallest_fp16_whose_square_overflows():
     assert torch.isfinite(below * below) and (torch.tensor(256.0, dtype=torch.float16) ** 2).isinf()
     assert 255.875 ** 2 < torch.finfo(torch.float16).max + 16 < 256.0 ** 2
     assert solution("01.2") == 256.0
-    assert check("01.2", 256.0) is True and check("01.2", 255.875) is False
-    assert check("01.2", math.sqrt(torch.finfo(torch.float16).max)) is False  # 255.94: not a float16 number
+    assert grade("01.2", 256.0) is True and grade("01.2", 255.875) is False
+    assert grade("01.2", math.sqrt(torch.finfo(torch.float16).max)) is False  # 255.94: not a float16 number
 
 
 def test_01_2_is_matched_exactly():
     assert tolerance("01.2") == 0.0
-    assert check("01.2", 256.0001) is False  # within the default 1e-6, but not a float16 number
+    assert grade("01.2", 256.0001) is False  # within the default 1e-6, but not a float16 number
 
 
 def test_01_3_bytes_of_the_parameter_copies_autocast_makes():
@@ -133,11 +134,11 @@ def test_01_3_bytes_of_the_parameter_copies_autocast_makes():
     cast = [p for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear)) for p in m.parameters()]
     expected = sum(p.numel() for p in cast) * torch.tensor([], dtype=torch.bfloat16).element_size()
     assert solution("01.3") == expected == 121712
-    assert check("01.3", expected) is True
+    assert grade("01.3", expected) is True
     all_parameters = sum(p.numel() for p in model.parameters()) * 2  # BatchNorm's weights included: wrong
-    assert all_parameters != expected and check("01.3", all_parameters) is False
-    assert check("01.3", expected + 3 * 32 * 32 * 2) is False  # with the cast of one input image: wrong
-    assert check("01.3", "bfloat16") is False
+    assert all_parameters != expected and grade("01.3", all_parameters) is False
+    assert grade("01.3", expected + 3 * 32 * 32 * 2) is False  # with the cast of one input image: wrong
+    assert grade("01.3", "bfloat16") is False
 
 
 def _serve_broken(requests, *, eval_mode=False, cast_inputs=False, safe_softmax=False):
@@ -171,12 +172,12 @@ def test_01_4_repaired_deployment_code():
     fixed = true_class_probability(_serve_broken(requests, eval_mode=True, cast_inputs=True, safe_softmax=True),
                                    labels)
     assert solution("01.4") == fixed and fixed > 0.95
-    assert check("01.4", fixed) is True
-    # each remaining bug alone gives an answer check() rejects
+    assert grade("01.4", fixed) is True
+    # each remaining bug alone gives an answer grade() rejects
     no_eval = true_class_probability(_serve_broken(requests, cast_inputs=True, safe_softmax=True), labels)
-    assert no_eval < 0.9 and check("01.4", no_eval) is False  # BatchNorm normalised each request by itself
+    assert no_eval < 0.9 and grade("01.4", no_eval) is False  # BatchNorm normalised each request by itself
     overflow = true_class_probability(_serve_broken(requests, eval_mode=True, cast_inputs=True), labels)
-    assert math.isnan(overflow) and check("01.4", overflow) is False  # exp overflows: inf / inf
+    assert math.isnan(overflow) and grade("01.4", overflow) is False  # exp overflows: inf / inf
     # other correct repairs agree within the tolerance: float32, bfloat16, autocast
     model = load_reference_model()
     with torch.inference_mode():
@@ -185,12 +186,12 @@ def test_01_4_repaired_deployment_code():
         with torch.amp.autocast("cpu", dtype=torch.bfloat16):
             autocast = torch.softmax(model(images).float(), dim=1)
     for probabilities in (fp32, bf16, autocast):
-        assert check("01.4", true_class_probability(probabilities, labels)) is True
+        assert grade("01.4", true_class_probability(probabilities, labels)) is True
 
 
 @pytest.mark.parametrize("key", ["01.1", "01.2", "01.3", "01.4"])
 def test_unanswered(key, capsys):
-    assert check(key, None) is None
+    assert helpers.check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out
 
 

@@ -1,4 +1,4 @@
-"""Notebook 02's exercise solutions give the right answers, and check() rejects wrong ones (moved unchanged from
+"""Notebook 02's exercise solutions give the right answers, and grade() rejects wrong ones (moved unchanged from
 tests/test_solutions_01_02.py)."""
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import math
 
 import pytest
 import torch
+
+import helpers
 from torch import nn
 
-from helpers.exercises import check, solution, tolerance
+from helpers.exercises import grade, solution, tolerance
 
 
 def test_02_1_bfloat16_and_float16_promote_to_float32():
@@ -16,9 +18,9 @@ def test_02_1_bfloat16_and_float16_promote_to_float32():
     assert torch.finfo(torch.bfloat16).max > torch.finfo(torch.float16).max  # bf16 has the range,
     assert torch.finfo(torch.bfloat16).eps > torch.finfo(torch.float16).eps  # fp16 the precision
     assert solution("02.1") == torch.float32
-    assert check("02.1", torch.float32) is True
-    assert check("02.1", torch.bfloat16) is False and check("02.1", torch.float16) is False
-    assert check("02.1", "float32") is False  # the notebook asks for a torch.dtype object, not a string
+    assert grade("02.1", torch.float32) is True
+    assert grade("02.1", torch.bfloat16) is False and grade("02.1", torch.float16) is False
+    assert grade("02.1", "float32") is False  # the notebook asks for a torch.dtype object, not a string
 
 
 def test_02_2_smallest_value_that_overflows_fp16():
@@ -29,18 +31,18 @@ def test_02_2_smallest_value_that_overflows_fp16():
     assert torch.tensor(expected).half().isinf()
     below = torch.nextafter(torch.tensor(expected), torch.tensor(0.0))
     assert not below.half().isinf()
-    assert check("02.2", 65520.0) is True and check("02.2", fp16_max) is False
+    assert grade("02.2", 65520.0) is True and grade("02.2", fp16_max) is False
     # a value just below the threshold is within the default tolerance but converts to a finite 65504: wrong
     just_below = torch.tensor(65519.996, dtype=torch.float32)
     assert just_below.item() < expected and just_below.half().item() == fp16_max
     assert tolerance("02.2") == 0.0
-    assert check("02.2", just_below.item()) is False and check("02.2", 65519.996) is False
+    assert grade("02.2", just_below.item()) is False and grade("02.2", 65519.996) is False
 
 
 def test_02_3_wrong_positions_in_fp16_arange():
     odd_numbers_above_2048 = len(range(2049, 4096, 2))  # float16 steps by 2 between 2048 and 4096
     assert solution("02.3") == odd_numbers_above_2048 == 1024
-    assert check("02.3", 1024) is True and check("02.3", 2048) is False
+    assert grade("02.3", 1024) is True and grade("02.3", 2048) is False
 
 
 def _exercise_02_4(pool_class) -> torch.Tensor:
@@ -68,7 +70,7 @@ def test_02_4_broken_mask_is_rejected_and_repairs_accepted():
     exec(given[0], namespace)  # the broken code, as the learner receives it
     broken = _exercise_02_4(namespace["AttentionPool"])
     assert broken.dtype == torch.float16 and broken.isnan().all()  # 0 * fp16(-1e9) = 0 * -inf = NaN
-    assert check("02.4", broken.float().mean().item()) is False
+    assert grade("02.4", broken.float().mean().item()) is False
 
     class FloatIsland(AttentionPool):  # another correct repair: the softmax in float32, the result float16
         def forward(self, features, pad):
@@ -82,12 +84,12 @@ def test_02_4_broken_mask_is_rejected_and_repairs_accepted():
 
     repaired = _exercise_02_4(AttentionPool)
     assert repaired.dtype == torch.float16 and repaired.isfinite().all()
-    assert check("02.4", repaired.float().mean().item()) is True
-    assert check("02.4", _exercise_02_4(FloatIsland).float().mean().item()) is True
-    assert check("02.4", _exercise_02_4(Unmasked).float().mean().item()) is False
+    assert grade("02.4", repaired.float().mean().item()) is True
+    assert grade("02.4", _exercise_02_4(FloatIsland).float().mean().item()) is True
+    assert grade("02.4", _exercise_02_4(Unmasked).float().mean().item()) is False
 
 
 @pytest.mark.parametrize("key", ["02.1", "02.2", "02.3", "02.4"])
 def test_unanswered(key, capsys):
-    assert check(key, None) is None
+    assert helpers.check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out

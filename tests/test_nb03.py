@@ -36,16 +36,16 @@ def test_03_1_smallest_update_that_changes_two_in_float16():
     expected = helpers.spacing(2.0, torch.float16).item()  # the gap after 2.0; half of it is a tie
     assert expected == 2.0**-9
     assert solution("03.1") == expected
-    assert helpers.check("03.1", 2.0**-9) is True
-    assert helpers.check("03.1", 2.0**-10) is False
-    assert helpers.check("03.1", 0.00195) is True   # rounded as printed: accepted (TOLERANCES)
-    assert helpers.check("03.1", 2.0**-8) is False
+    assert helpers.exercises.grade("03.1", 2.0**-9) is True
+    assert helpers.exercises.grade("03.1", 2.0**-10) is False
+    assert helpers.exercises.grade("03.1", 0.00195) is True   # rounded as printed: accepted (TOLERANCES)
+    assert helpers.exercises.grade("03.1", 2.0**-8) is False
 
 
 def test_03_2_cdist_runs_in_float32_under_cpu_autocast():
     assert solution("03.2") == torch.float32
-    assert helpers.check("03.2", torch.float32) is True
-    assert helpers.check("03.2", torch.bfloat16) is False
+    assert helpers.exercises.grade("03.2", torch.float32) is True
+    assert helpers.exercises.grade("03.2", torch.bfloat16) is False
 
 
 def test_03_3_counts_the_casts_of_the_backward_pass():
@@ -53,8 +53,8 @@ def test_03_3_counts_the_casts_of_the_backward_pass():
     # logits back to float32. Each cast whose source needs a gradient is mirrored in backward: 4 + 2 weight
     # gradients back to float32, and the loss gradient to bfloat16 for the logits; the input needs none.
     assert solution("03.3") == 4 + 2 + 1
-    assert helpers.check("03.3", 7) is True
-    assert helpers.check("03.3", 8) is False   # the forward pass's count
+    assert helpers.exercises.grade("03.3", 7) is True
+    assert helpers.exercises.grade("03.3", 8) is False   # the forward pass's count
 
 
 def autocast_if(on: bool):
@@ -90,10 +90,10 @@ def test_03_4_the_wrong_repairs_are_rejected_and_the_fix_accepted():
     _, plain = sol.trace_03_4(five_steps("nowhere"))
     assert abs(plain[-1] - fixed[-1]) < 1e-3 * fixed[-1]  # a loss alone cannot tell float32 apart
     for where in ("loop", "nowhere", "step"):
-        assert helpers.check("03.4", five_steps(where)) is False, where
-    assert helpers.check("03.4", fixed[-1]) is False  # a number is not an answer any more
-    assert helpers.check("03.4", sol.train_five_steps) is True
-    assert helpers.check("03.4", five_steps("step, island")) is True
+        assert helpers.exercises.grade("03.4", five_steps(where)) is False, where
+    assert helpers.exercises.grade("03.4", fixed[-1]) is False  # a number is not an answer any more
+    assert helpers.exercises.grade("03.4", sol.train_five_steps) is True
+    assert helpers.exercises.grade("03.4", five_steps("step, island")) is True
 
 
 def test_03_5_distances_under_autocast_are_rejected_and_the_float32_island_accepted():
@@ -107,11 +107,11 @@ def test_03_5_distances_under_autocast_are_rejected_and_the_float32_island_accep
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         broken = (-BrokenNearestCentre(centres)(queries).max(dim=1).values).median().item()
     assert abs(broken - exact) > exact              # error larger than the distance itself
-    assert helpers.check("03.5", broken) is False
+    assert helpers.exercises.grade("03.5", broken) is False
     fixed = solution("03.5")
     # float32 with |x|^2 ~ 1600 and 16 terms: error ~ eps32 * 1600 * a few, far below 2 % of ~0.16
     assert abs(fixed - exact) < 0.01 * exact
-    assert helpers.check("03.5", fixed) is True
+    assert helpers.exercises.grade("03.5", fixed) is True
 
 
 def detector(sigmoid: bool, loss_fn: nn.Module, dtype: torch.dtype, use_scaler: bool):
@@ -154,10 +154,10 @@ def test_03_6_the_wrong_repairs_are_rejected_and_the_fix_accepted():
              "BCEWithLogitsLoss after the Sigmoid": detector(True, nn.BCEWithLogitsLoss(), torch.float16,
                                                              True)}
     for name, train in wrong.items():
-        assert helpers.check("03.6", train) is False, name
-    assert helpers.check("03.6", losses[-1]) is False and helpers.check("03.6", fixed[0][-1]) is False
-    assert helpers.check("03.6", detector(False, nn.BCEWithLogitsLoss(), torch.float16, True)) is True
-    assert helpers.check("03.6", sol.train_detector) is True
+        assert helpers.exercises.grade("03.6", train) is False, name
+    assert helpers.exercises.grade("03.6", losses[-1]) is False and helpers.exercises.grade("03.6", fixed[0][-1]) is False
+    assert helpers.exercises.grade("03.6", detector(False, nn.BCEWithLogitsLoss(), torch.float16, True)) is True
+    assert helpers.exercises.grade("03.6", sol.train_detector) is True
 
 
 @pytest.mark.parametrize("key", ["03.1", "03.2", "03.3", "03.4", "03.5", "03.6"])
@@ -185,4 +185,4 @@ def given_function(name: str):
 
 @pytest.mark.parametrize("name, key", [("train_five_steps", "03.4"), ("train_detector", "03.6")])
 def test_the_notebook_gives_code_that_check_rejects(name, key):
-    assert helpers.check(key, given_function(name)) is False
+    assert helpers.exercises.grade(key, given_function(name)) is False

@@ -178,22 +178,22 @@ def test_injected_inf_steps_backs_off_and_grows():
 def test_04_1_scale_after_a_sequence_of_steps():
     # 2^16: 3 clean -> 2^17; inf -> 2^16; 3 clean -> 2^17; clean; inf -> 2^16; inf -> 2^15; clean -> 2^15
     assert solution("04.1") == 2.0**15
-    assert helpers.check("04.1", 32768) is True
-    assert helpers.check("04.1", 65536) is False
+    assert helpers.exercises.grade("04.1", 32768) is True
+    assert helpers.exercises.grade("04.1", 65536) is False
 
 
 def test_04_2_smallest_scale_that_keeps_1e9():
     assert solution("04.2") == 32.0
     assert (torch.tensor(1e-9) * 32).half().item() > 0
     assert (torch.tensor(1e-9) * 16).half().item() == 0
-    assert helpers.check("04.2", 32) is True
-    assert helpers.check("04.2", 5) is False  # the exponent, not the scale
+    assert helpers.exercises.grade("04.2", 32) is True
+    assert helpers.exercises.grade("04.2", 5) is False  # the exponent, not the scale
 
 
 def test_04_3_one_bad_micro_batch_skips_its_whole_accumulated_step():
     assert solution("04.3") == 2
-    assert helpers.check("04.3", 2) is True
-    assert helpers.check("04.3", 3) is False
+    assert helpers.exercises.grade("04.3", 2) is True
+    assert helpers.exercises.grade("04.3", 3) is False
 
 
 def test_04_4_clipping_before_unscale_is_rejected_and_the_fix_accepted():
@@ -205,8 +205,8 @@ def test_04_4_clipping_before_unscale_is_rejected_and_the_fix_accepted():
         scaler.update()
 
     assert solution("04.4") == pytest.approx(lab.CLIP_NORM, rel=1e-4)
-    assert helpers.check("04.4", lab.update_norm(broken, lab.CLIP_NORM)) is False
-    assert helpers.check("04.4", lab.update_norm(unscale_then_clip, lab.CLIP_NORM)) is True
+    assert helpers.exercises.grade("04.4", lab.update_norm(broken, lab.CLIP_NORM)) is False
+    assert helpers.exercises.grade("04.4", lab.update_norm(unscale_then_clip, lab.CLIP_NORM)) is True
 
 
 def test_04_5_a_checkpoint_without_the_scaler_is_rejected_and_the_fix_accepted():
@@ -225,9 +225,9 @@ def test_04_5_a_checkpoint_without_the_scaler_is_rejected_and_the_fix_accepted()
         scaler.load_state_dict(checkpoint["scaler"])
 
     assert solution("04.5") == 2.0**18  # 7 clean steps with growth_interval=3: two growths from 2^16
-    assert helpers.check("04.5", lab.resumed_scale(save, load)) is False       # restarts at 2^16
-    assert helpers.check("04.5", lab.resumed_scale(save_fixed, load)) is False  # saved but not loaded
-    assert helpers.check("04.5", lab.resumed_scale(save_fixed, load_fixed)) is True
+    assert helpers.exercises.grade("04.5", lab.resumed_scale(save, load)) is False       # restarts at 2^16
+    assert helpers.exercises.grade("04.5", lab.resumed_scale(save_fixed, load)) is False  # saved but not loaded
+    assert helpers.exercises.grade("04.5", lab.resumed_scale(save_fixed, load_fixed)) is True
 
 
 def run_04_6(half: bool, scaler_on: bool) -> float:
@@ -239,11 +239,11 @@ def run_04_6(half: bool, scaler_on: bool) -> float:
 
 def test_04_6_a_half_model_is_rejected_and_the_fix_accepted():
     assert 0.1 < solution("04.6") < 0.3
-    assert helpers.check("04.6", run_04_6(half=True, scaler_on=False)) is False   # the exercise cell: NaN
+    assert helpers.exercises.grade("04.6", run_04_6(half=True, scaler_on=False)) is False   # the exercise cell: NaN
     with pytest.raises(ValueError, match="FP16 gradients"):                     # half only: refused
         run_04_6(half=True, scaler_on=True)
-    assert helpers.check("04.6", run_04_6(half=False, scaler_on=False)) is False  # no scaler: stalls
-    assert helpers.check("04.6", run_04_6(half=False, scaler_on=True)) is True
+    assert helpers.exercises.grade("04.6", run_04_6(half=False, scaler_on=False)) is False  # no scaler: stalls
+    assert helpers.exercises.grade("04.6", run_04_6(half=False, scaler_on=True)) is True
 
 
 @pytest.mark.parametrize("key", ["04.1", "04.2", "04.3", "04.4", "04.5", "04.6"])

@@ -26,7 +26,7 @@ from torch.nn.parallel import parallel_apply
 
 from helpers import ddp_train
 from helpers.device import AutocastState, autocast_state
-from helpers.exercises import check, solution
+from helpers.exercises import grade, solution
 from helpers.nb05 import (DtypeProbe, Seen, SharedLog, free_port, local_launch_env, observe, replay_data_parallel,
                           run_in_thread, run_job, source_lines)
 from helpers.solutions.nb05 import _gradients, replica_output_dtypes
@@ -194,14 +194,14 @@ def test_solution_05_1_set_autocast_dtype_does_not_reach_the_replicas():
             return DtypeProbe()(X).dtype
 
     assert run_in_thread(main_thread_only) == torch.float16
-    assert check("05.1", torch.bfloat16) is True
-    assert check("05.1", torch.float16) is False and check("05.1", torch.float32) is False
+    assert grade("05.1", torch.bfloat16) is True
+    assert grade("05.1", torch.float16) is False and grade("05.1", torch.float32) is False
 
 
 def test_solution_05_2_bare_autocast_falls_back_to_a_default():
     assert solution("05.2") == torch.bfloat16
-    assert check("05.2", torch.bfloat16) is True
-    assert check("05.2", torch.float16) is False
+    assert grade("05.2", torch.bfloat16) is True
+    assert grade("05.2", torch.float16) is False
 
 
 def test_observe_returns_what_every_replica_saw():
@@ -257,8 +257,8 @@ class _Lab:  # what the exercise cells call as `lab`
 def test_exercise_05_4_checks_the_repaired_class_not_a_typed_dtype():
     broken = _exercise_setup("class TinyClassifier", lab=_Lab, x=X)["TinyClassifier"]  # the cell as given
     assert replica_output_dtypes(broken) == {torch.float16: torch.bfloat16, torch.bfloat16: torch.bfloat16}
-    assert check("05.4", broken) is False
-    assert check("05.4", torch.float16) is False and check("05.4", torch.bfloat16) is False  # typed answers
+    assert grade("05.4", broken) is False
+    assert grade("05.4", torch.float16) is False and grade("05.4", torch.bfloat16) is False  # typed answers
 
     class HardCoded(broken):  # the repair typed in for one dtype: wrong for a bfloat16 model
         def forward(self, x):
@@ -270,20 +270,20 @@ def test_exercise_05_4_checks_the_repaired_class_not_a_typed_dtype():
             with torch.amp.autocast(x.device.type, dtype=self.amp_dtype):
                 return self.body(x)
 
-    assert check("05.4", HardCoded) is False and check("05.4", Repaired) is True
+    assert grade("05.4", HardCoded) is False and grade("05.4", Repaired) is True
     assert replica_output_dtypes(Repaired) == {torch.float16: torch.float16, torch.bfloat16: torch.bfloat16}
 
 
 def test_exercise_05_5_wants_bfloat16_compute_and_float32_reduction():
     given = _exercise_setup("MixedPrecisionPolicy(param_dtype=torch.bfloat16)", lab=_Lab)
     policy, MixedPrecisionPolicy = given["policy"], given["MixedPrecisionPolicy"]
-    assert policy.reduce_dtype is None and check("05.5", policy) is False  # unset: reduces in param_dtype
+    assert policy.reduce_dtype is None and grade("05.5", policy) is False  # unset: reduces in param_dtype
     for wrong in ({"reduce_dtype": torch.bfloat16}, {"reduce_dtype": torch.float16},
                   {"param_dtype": torch.float32, "reduce_dtype": torch.float32},
                   {"reduce_dtype": torch.float32, "output_dtype": torch.bfloat16}):
-        assert check("05.5", MixedPrecisionPolicy(**{"param_dtype": torch.bfloat16, **wrong})) is False, wrong
-    assert check("05.5", torch.float32) is False
-    assert check("05.5", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)) is True
+        assert grade("05.5", MixedPrecisionPolicy(**{"param_dtype": torch.bfloat16, **wrong})) is False, wrong
+    assert grade("05.5", torch.float32) is False
+    assert grade("05.5", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)) is True
 
 
 # ------------------------------------------------------------------------------ launches: run_job, agents
@@ -522,7 +522,7 @@ def test_fsdp_policy_dtypes_on_one_rank(single_rank_group):
 
 def test_solution_05_3_batchnorm_breaks_gradient_averaging():
     assert solution("05.3") is False
-    assert check("05.3", False) is True and check("05.3", True) is False
+    assert grade("05.3", False) is True and grade("05.3", True) is False
     # Without BatchNorm, the mean of two half-batch gradients is the full-batch gradient (what DDP relies on).
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 8))

@@ -9,7 +9,7 @@ from torch import nn
 
 from helpers import bench, nb06
 from helpers import state as state_mod
-from helpers.exercises import check, solution
+from helpers.exercises import grade, solution
 
 matplotlib.use("Agg")
 
@@ -102,7 +102,7 @@ def test_solution_06_1_half_resnet50_bytes():
     floats = sum(t.numel() for t in list(model.parameters()) + list(model.buffers()) if t.is_floating_point())
     counters = sum(t.numel() for t in model.buffers() if not t.is_floating_point())
     assert solution("06.1") == 2 * floats + 8 * counters
-    assert check("06.1", 4 * floats + 8 * counters) is False
+    assert grade("06.1", 4 * floats + 8 * counters) is False
 
 
 def test_solution_06_2_reads_the_best_speeds_of_the_first_cpu_record(monkeypatch):
@@ -114,7 +114,7 @@ def test_solution_06_2_reads_the_best_speeds_of_the_first_cpu_record(monkeypatch
     monkeypatch.setattr(solutions_nb06, "load_records",
                         lambda device=None: [{"inference": inference}, {"inference": []}])
     assert solution("06.2") == pytest.approx(45.0 / 20.0)
-    assert check("06.2", 2.25) is True and check("06.2", 30.0 / 15.0) is False  # batch 1 is not the best
+    assert grade("06.2", 2.25) is True and grade("06.2", 30.0 / 15.0) is False  # batch 1 is not the best
 
 
 def test_solution_06_2_on_the_recorded_file():
@@ -142,7 +142,7 @@ def test_solution_06_3_fp16_headroom_on_the_photo():
         hook.remove()
     assert solution("06.3") == pytest.approx(65504 / max(largest), rel=1e-4)
     assert 1 < solution("06.3") < 65504 / logits.abs().max().item()  # some layer's output beats the logits
-    assert check("06.3", 65504 / logits.abs().max().item()) is False
+    assert grade("06.3", 65504 / logits.abs().max().item()) is False
 
 
 # --- exercise 06.4 ------------------------------------------------------------------------------------------------
@@ -189,8 +189,8 @@ def test_06_4_solution_serves_correctly():
 
 @pytest.mark.parametrize("serve", [broken_serve, eval_only, no_eval], ids=lambda f: f.__name__)
 def test_06_4_broken_serving_is_rejected(serve):
-    assert check("06.4", nb06.serving_result(serve)) is False
+    assert grade("06.4", nb06.serving_result(serve)) is False
 
 
 def test_06_4_a_correct_fp32_repair_is_accepted_too():
-    assert check("06.4", nb06.serving_result(fp32_repair)) is True
+    assert grade("06.4", nb06.serving_result(fp32_repair)) is True

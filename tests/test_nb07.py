@@ -85,7 +85,7 @@ class CastTooLate(solutions.Attention):  # float32 after the float16 product: th
 
 
 def test_exercise_07_1_judges_the_repaired_class_not_a_typed_number():
-    grade = getattr(exercises, "grade", exercises.check)
+    grade = exercises.grade
     assert solutions.agreement(solutions.IslandAttention) == 8  # the fix agrees on every reading
     assert solutions.agreement(Rescaled) == 8  # ... and so does the forbidden rescaling: hence
     wrong = [8, solutions.Attention, Rescaled, CastTooLate]  # the check looks at the class

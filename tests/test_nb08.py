@@ -104,12 +104,12 @@ def test_08_1_accepts_the_float32_loss_and_rejects_the_bfloat16_one():
     assert unfixed.dtype == torch.bfloat16
     for upcast in (logits.float(), logits.double()):
         loss = F.cross_entropy(upcast.flatten(0, 1), next_bytes.flatten())
-        assert helpers.check("08.1", loss.item())
-    assert not helpers.check("08.1", unfixed.item())
+        assert helpers.exercises.grade("08.1", loss.item())
+    assert not helpers.exercises.grade("08.1", unfixed.item())
     with torch.no_grad():
         fp32_model_loss = lab.next_token_loss(lab.load_gpt(), *lab.batch(
             lab.token_splits()[1], 16, 64, torch.Generator().manual_seed(3))).item()
-    assert not helpers.check("08.1", fp32_model_loss)  # the exercise keeps the bfloat16 model
+    assert not helpers.exercises.grade("08.1", fp32_model_loss)  # the exercise keeps the bfloat16 model
 
 
 def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
@@ -117,7 +117,7 @@ def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
     assert solution("08.2") == right
     # forgetting K and V, float32 bytes, no batch, per token
     for wrong in (right // 2, right * 2, right // 4, right // 100):
-        assert not helpers.check("08.2", wrong)
+        assert not helpers.exercises.grade("08.2", wrong)
 
 
 def test_08_3_needs_a_finite_mask():
@@ -126,7 +126,7 @@ def test_08_3_needs_a_finite_mask():
     minus_inf = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf")).half()[:, None]
     assert math.isfinite(solution("08.3"))
     assert math.isnan(solutions.two_attention_layers(unfixed))
-    assert not helpers.check("08.3", solutions.two_attention_layers(unfixed))
-    assert not helpers.check("08.3", solutions.two_attention_layers(minus_inf))
+    assert not helpers.exercises.grade("08.3", solutions.two_attention_layers(unfixed))
+    assert not helpers.exercises.grade("08.3", solutions.two_attention_layers(minus_inf))
     finite = torch.zeros(allowed.shape, dtype=torch.float16).masked_fill(~allowed, -1e4)[:, None]
-    assert helpers.check("08.3", solutions.two_attention_layers(finite))  # any finite fill will do
+    assert helpers.exercises.grade("08.3", solutions.two_attention_layers(finite))  # any finite fill will do
