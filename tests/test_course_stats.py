@@ -98,6 +98,7 @@ def test_workshop_route_fits_three_hours_and_the_readme_shows_it():
     assert {name[:2] for name, _, _ in stops} == {p.name[:2] for p in NOTEBOOKS}, "the route visits every notebook"
     assert sum(minutes for _, _, minutes in stops) + cs.BREAK_MINUTES <= cs.WORKSHOP_MINUTES
     assert cs.route_markdown() in README.read_text(), "regenerate it: python -m tools.course_stats --route"
+    assert cs.self_study_markdown() in README.read_text(), "regenerate it: python -m tools.course_stats --route"
 
 
 def test_route_refuses_a_section_that_does_not_exist():

@@ -11,8 +11,8 @@ notebooks 03 and 04, about 100 and 90 minutes):
 - code: non-blank code lines at :data:`SECONDS_PER_CODE_LINE` (read it, run it, look at the output);
 - exercises: :data:`MINUTES_PER_EXERCISE` for each ``check("NN.k", ...)`` call.
 
-``python -m tools.course_stats --route`` prints the README's 3-hour workshop route (:data:`WORKSHOP_ROUTE`)
-with each stop's minutes.
+``python -m tools.course_stats --route`` prints the README's self-study route and its 3-hour workshop route
+(:data:`WORKSHOP_ROUTE`) with each stop's minutes.
 
 **Teaching fraction**: the share of the core path's code lines that are the idea itself or its measurement.
 Each top-level statement is classified with :mod:`ast`; its lines count as
@@ -257,16 +257,17 @@ def time_estimate_text(stats: NotebookStats) -> str:
 # The 3-hour workshop route: (notebook prefix, the parts taken, what the instructor does there). A part is a
 # label of section_stats: "intro", a section number, "Summary" or "Exercise NN.k". Minutes come from the notebook.
 WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = [
-    ("00", ("intro", "1", "2", "5", "8", "Exercise 00.4"),
-     "what this machine runs fast (compare the room's machines), two kinds of speed, overflow, sums"),
+    ("00", ("intro", "1", "2", "5", "Exercise 00.4"),
+     "what this machine runs fast (compare the room's machines), three regimes and the roofline, overflow"),
     ("01", ("intro", "1", "2", "3", "4"), "`.half()` deployment: what converts, the dtype error, accuracy, speed"),
-    ("02", ("2", "5", "Exercise 02.4"), "tensors made in `forward`; the `-1e9` mask"),
-    ("03", ("The recipe", "1", "3", "5", "Exercise 03.4"), "the autocast loop, master weights, op dtypes, islands"),
-    ("04", ("1", "2", "4", "5", "6", "Exercise 04.4"), "the GradScaler loop, underflow, skips, clipping, checkpoints"),
+    ("02", ("2", "5"), "tensors made in `forward`; the `-1e9` mask"),
+    ("03", ("The recipe", "1", "3", "5", "7", "Exercise 03.4"),
+     "the autocast loop, master weights, op dtypes, islands, a fresh context per forward"),
+    ("04", ("1", "2", "4", "5", "Exercise 04.4"), "the GradScaler loop, underflow, skips, clipping"),
     ("05", ("2", "5"), "autocast is per thread; the fix inside `forward`"),
     ("06", ("6", "7"), "the corrected deployment recipe; does concurrency double?"),
-    ("07", ("1", "3", "5"), "the decision guide for each machine; finding the first NaN"),
-    ("08", ("5",), "a transformer: decoding is memory-bound, prefill compute-bound, per weight dtype"),
+    ("07", ("1",), "the decision guide for each machine and workload shape"),
+    ("08", ("3",), "a transformer: why logits and the loss stay in float32"),
 ]
 WORKSHOP_MINUTES = 180
 BREAK_MINUTES = 15
@@ -307,6 +308,15 @@ def route_markdown(route: list[tuple[str, tuple[str, ...], str]] = WORKSHOP_ROUT
     return "\n".join(rows)
 
 
+def self_study_markdown() -> str:
+    """The README's self-study route: every notebook in order, with the summed core and appendix minutes."""
+    stats = [notebook_stats(p) for p in sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))]
+    core, appendix = (round(sum(getattr(s, part).minutes for s in stats)) for part in ("core", "appendix"))
+    return (f"**Self-study route:** all {len(stats)} notebooks in order, core path then exercises, appendices "
+            f"when curious: about {round((core + appendix) / 60)} hours in all (core paths {core} min, "
+            f"appendices {appendix} min), best spread over several sittings.")
+
+
 def table(paths: list[Path]) -> str:
     """A markdown table of every notebook's estimated times and core teaching fraction."""
     rows = ["| notebook | core min | appendix min | core words | core code lines | exercises | core teaching |",
@@ -322,7 +332,7 @@ def table(paths: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     if args == ["--route"]:
-        print(route_markdown())
+        print(self_study_markdown(), route_markdown(), sep="\n\n")
         return 0
     paths = [Path(a) for a in args] or sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
     print(table(paths))
