@@ -56,7 +56,7 @@ def _exercise_02_4(pool_class) -> torch.Tensor:
         return pool(features, padding)
 
 
-def test_02_4_broken_mask_is_rejected_and_repairs_accepted():
+def test_02_4_the_wrong_repairs_are_rejected_and_the_fix_accepted():
     import json
     from pathlib import Path
 
@@ -68,9 +68,17 @@ def test_02_4_broken_mask_is_rejected_and_repairs_accepted():
     assert len(given) == 1
     namespace = {"torch": torch, "nn": nn}
     exec(given[0], namespace)  # the broken code, as the learner receives it
-    broken = _exercise_02_4(namespace["AttentionPool"])
-    assert broken.dtype == torch.float16 and broken.isnan().all()  # 0 * fp16(-1e9) = 0 * -inf = NaN
-    assert grade("02.4", broken.float().mean().item()) is False
+    broken = namespace["AttentionPool"]
+    output = _exercise_02_4(broken)
+    assert output.dtype == torch.float16 and output.isnan().all()  # 0 * fp16(-1e9) = 0 * -inf = NaN
+    assert grade("02.4", broken) is False
+
+    def variant(scores_of):  # an AttentionPool whose masked scores are scores_of(raw scores, pad, fill)
+        class Variant(AttentionPool):
+            def forward(self, features, pad):
+                scores = scores_of(self.score(features).squeeze(-1), pad, self.big_negative)
+                return (torch.softmax(scores, dim=-1).unsqueeze(-1) * features).sum(dim=1)
+        return Variant
 
     class FloatIsland(AttentionPool):  # another correct repair: the softmax in float32, the result float16
         def forward(self, features, pad):
@@ -78,15 +86,16 @@ def test_02_4_broken_mask_is_rejected_and_repairs_accepted():
             weights = torch.softmax(scores, dim=-1).to(features.dtype)
             return (weights.unsqueeze(-1) * features).sum(dim=1)
 
-    class Unmasked(AttentionPool):  # "repaired" by dropping the mask: the padding is averaged in
-        def forward(self, features, pad):
-            return (torch.softmax(self.score(features).squeeze(-1), -1).unsqueeze(-1) * features).sum(dim=1)
-
-    repaired = _exercise_02_4(AttentionPool)
-    assert repaired.dtype == torch.float16 and repaired.isfinite().all()
-    assert grade("02.4", repaired.float().mean().item()) is True
-    assert grade("02.4", _exercise_02_4(FloatIsland).float().mean().item()) is True
-    assert grade("02.4", _exercise_02_4(Unmasked).float().mean().item()) is False
+    fill = lambda s, pad: s.masked_fill(pad, torch.finfo(s.dtype).min)  # noqa: E731
+    wrong = {"nan_to_num around the broken line": variant(lambda s, pad, big: torch.nan_to_num(s + pad * big)),
+             "negated scores": variant(lambda s, pad, big: fill(-s, pad)),
+             "5x scores": variant(lambda s, pad, big: fill(5 * s, pad)),
+             "mask dropped": variant(lambda s, pad, big: s),
+             "float32 -1e9 added": variant(lambda s, pad, big: s.float() + pad * -1e9)}
+    for name, pool in wrong.items():
+        assert grade("02.4", pool) is False, name
+    assert grade("02.4", _exercise_02_4(AttentionPool).float().mean().item()) is False  # a number: no class
+    assert grade("02.4", AttentionPool) is True and grade("02.4", FloatIsland) is True
 
 
 @pytest.mark.parametrize("key", ["02.1", "02.2", "02.3", "02.4"])

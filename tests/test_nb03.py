@@ -1,6 +1,6 @@
 """Notebook 03: its scaffolding (helpers.nb03), its exercises' solutions and checks (solutions.nb03).
 
-The fix-the-code exercises 03.4 and 03.6 are checked by running the learner's function: each test runs the
+The fix-the-code exercises 03.1 and 03.3 are checked by running the learner's function: each test runs the
 exercise as given and the plausible wrong repairs, and asserts that ``check`` rejects them."""
 import contextlib
 
@@ -32,29 +32,29 @@ def test_compare_training_gives_float16_a_scaler():
     assert log.scales and runs.logs["float32"].scales == [] and "skipped by the scaler" in repr(runs)
 
 
-def test_03_1_smallest_update_that_changes_two_in_float16():
+def test_03_5_smallest_update_that_changes_two_in_float16():
     expected = helpers.spacing(2.0, torch.float16).item()  # the gap after 2.0; half of it is a tie
     assert expected == 2.0**-9
-    assert solution("03.1") == expected
-    assert helpers.exercises.grade("03.1", 2.0**-9) is True
-    assert helpers.exercises.grade("03.1", 2.0**-10) is False
-    assert helpers.exercises.grade("03.1", 0.00195) is True   # rounded as printed: accepted (TOLERANCES)
-    assert helpers.exercises.grade("03.1", 2.0**-8) is False
+    assert solution("03.5") == expected
+    assert helpers.exercises.grade("03.5", 2.0**-9) is True
+    assert helpers.exercises.grade("03.5", 2.0**-10) is False
+    assert helpers.exercises.grade("03.5", 0.00195) is True   # rounded as printed: accepted (TOLERANCES)
+    assert helpers.exercises.grade("03.5", 2.0**-8) is False
 
 
-def test_03_2_cdist_runs_in_float32_under_cpu_autocast():
-    assert solution("03.2") == torch.float32
-    assert helpers.exercises.grade("03.2", torch.float32) is True
-    assert helpers.exercises.grade("03.2", torch.bfloat16) is False
+def test_03_6_cdist_runs_in_float32_under_cpu_autocast():
+    assert solution("03.6") == torch.float32
+    assert helpers.exercises.grade("03.6", torch.float32) is True
+    assert helpers.exercises.grade("03.6", torch.bfloat16) is False
 
 
-def test_03_3_counts_the_casts_of_the_backward_pass():
+def test_03_4_counts_the_casts_of_the_backward_pass():
     # The forward casts the input, 4 convolution weights, the linear weight and bias to bfloat16, and the
     # logits back to float32. Each cast whose source needs a gradient is mirrored in backward: 4 + 2 weight
     # gradients back to float32, and the loss gradient to bfloat16 for the logits; the input needs none.
-    assert solution("03.3") == 4 + 2 + 1
-    assert helpers.exercises.grade("03.3", 7) is True
-    assert helpers.exercises.grade("03.3", 8) is False   # the forward pass's count
+    assert solution("03.4") == 4 + 2 + 1
+    assert helpers.exercises.grade("03.4", 7) is True
+    assert helpers.exercises.grade("03.4", 8) is False   # the forward pass's count
 
 
 def autocast_if(on: bool):
@@ -62,7 +62,7 @@ def autocast_if(on: bool):
 
 
 def five_steps(where: str):
-    """03.4's function with autocast where a learner might put it: around the "loop" (as given),
+    """03.1's function with autocast where a learner might put it: around the "loop" (as given),
     "nowhere" (deleted), around each "step" (backward and optimizer step inside), or "step, island"
     (backward and step in an ``enabled=False`` island: right too)."""
     def train(net, sgd, data, classes):
@@ -81,22 +81,22 @@ def five_steps(where: str):
     return train
 
 
-def test_03_4_the_wrong_repairs_are_rejected_and_the_fix_accepted():
-    seen, frozen = sol.trace_03_4(five_steps("loop"))
+def test_03_1_the_wrong_repairs_are_rejected_and_the_fix_accepted():
+    seen, frozen = sol.trace_03_1(five_steps("loop"))
     assert len(set(frozen)) == 1                 # every forward reuses the cached bfloat16 weights
     assert ("step", True) in seen
-    _, fixed = sol.trace_03_4(sol.train_five_steps)
+    _, fixed = sol.trace_03_1(sol.train_five_steps)
     assert fixed[-1] < frozen[-1] * 0.95         # the fixed loop learns
-    _, plain = sol.trace_03_4(five_steps("nowhere"))
+    _, plain = sol.trace_03_1(five_steps("nowhere"))
     assert abs(plain[-1] - fixed[-1]) < 1e-3 * fixed[-1]  # a loss alone cannot tell float32 apart
     for where in ("loop", "nowhere", "step"):
-        assert helpers.exercises.grade("03.4", five_steps(where)) is False, where
-    assert helpers.exercises.grade("03.4", fixed[-1]) is False  # a number is not an answer any more
-    assert helpers.exercises.grade("03.4", sol.train_five_steps) is True
-    assert helpers.exercises.grade("03.4", five_steps("step, island")) is True
+        assert helpers.exercises.grade("03.1", five_steps(where)) is False, where
+    assert helpers.exercises.grade("03.1", fixed[-1]) is False  # a number is not an answer any more
+    assert helpers.exercises.grade("03.1", sol.train_five_steps) is True
+    assert helpers.exercises.grade("03.1", five_steps("step, island")) is True
 
 
-def test_03_5_distances_under_autocast_are_rejected_and_the_float32_island_accepted():
+def test_03_2_distances_under_autocast_are_rejected_and_the_float32_island_accepted():
     class BrokenNearestCentre(sol.NearestCentre):
         def forward(self, x):  # the exercise's broken forward: no island
             c = self.centres
@@ -107,15 +107,15 @@ def test_03_5_distances_under_autocast_are_rejected_and_the_float32_island_accep
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         broken = (-BrokenNearestCentre(centres)(queries).max(dim=1).values).median().item()
     assert abs(broken - exact) > exact              # error larger than the distance itself
-    assert helpers.exercises.grade("03.5", broken) is False
-    fixed = solution("03.5")
+    assert helpers.exercises.grade("03.2", broken) is False
+    fixed = solution("03.2")
     # float32 with |x|^2 ~ 1600 and 16 terms: error ~ eps32 * 1600 * a few, far below 2 % of ~0.16
     assert abs(fixed - exact) < 0.01 * exact
-    assert helpers.exercises.grade("03.5", fixed) is True
+    assert helpers.exercises.grade("03.2", fixed) is True
 
 
 def detector(sigmoid: bool, loss_fn: nn.Module, dtype: torch.dtype, use_scaler: bool):
-    """03.6's training function, with the choices a learner might make."""
+    """03.3's training function, with the choices a learner might make."""
     def train(features, is_positive, grad_scaler, steps=20):
         torch.manual_seed(0)
         layers = [nn.Linear(16, 1)] + ([nn.Sigmoid()] if sigmoid else [])
@@ -139,11 +139,11 @@ def detector(sigmoid: bool, loss_fn: nn.Module, dtype: torch.dtype, use_scaler: 
     return train
 
 
-def test_03_6_the_wrong_repairs_are_rejected_and_the_fix_accepted():
+def test_03_3_the_wrong_repairs_are_rejected_and_the_fix_accepted():
     given = detector(True, nn.BCELoss(), torch.float16, use_scaler=True)
-    losses, ops, linear, updates, scale = sol.trace_03_6(given)
+    losses, ops, linear, updates, scale = sol.trace_03_3(given)
     assert "binary_cross_entropy" in ops and scale < 2.0**16 and updates == 20  # the scaler skipped steps
-    fixed = sol.trace_03_6(sol.train_detector)
+    fixed = sol.trace_03_3(sol.train_detector)
     assert fixed[4] == 2.0**16 and fixed[2] == {(torch.float16,)}              # no skip, float16 linear
     wrong = {"as given": given,
              "no GradScaler, BCELoss kept": detector(True, nn.BCELoss(), torch.float16, False),
@@ -154,13 +154,13 @@ def test_03_6_the_wrong_repairs_are_rejected_and_the_fix_accepted():
              "BCEWithLogitsLoss after the Sigmoid": detector(True, nn.BCEWithLogitsLoss(), torch.float16,
                                                              True)}
     for name, train in wrong.items():
-        assert helpers.exercises.grade("03.6", train) is False, name
-    assert helpers.exercises.grade("03.6", losses[-1]) is False and helpers.exercises.grade("03.6", fixed[0][-1]) is False
-    assert helpers.exercises.grade("03.6", detector(False, nn.BCEWithLogitsLoss(), torch.float16, True)) is True
-    assert helpers.exercises.grade("03.6", sol.train_detector) is True
+        assert helpers.exercises.grade("03.3", train) is False, name
+    assert helpers.exercises.grade("03.3", losses[-1]) is False and helpers.exercises.grade("03.3", fixed[0][-1]) is False
+    assert helpers.exercises.grade("03.3", detector(False, nn.BCEWithLogitsLoss(), torch.float16, True)) is True
+    assert helpers.exercises.grade("03.3", sol.train_detector) is True
 
 
-@pytest.mark.parametrize("key", ["03.1", "03.2", "03.3", "03.4", "03.5", "03.6"])
+@pytest.mark.parametrize("key", ["03.5", "03.6", "03.4", "03.1", "03.2", "03.3"])
 def test_unanswered(key, capsys):
     assert helpers.check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out
@@ -183,6 +183,6 @@ def given_function(name: str):
     raise LookupError(name)
 
 
-@pytest.mark.parametrize("name, key", [("train_five_steps", "03.4"), ("train_detector", "03.6")])
+@pytest.mark.parametrize("name, key", [("train_five_steps", "03.1"), ("train_detector", "03.3")])
 def test_the_notebook_gives_code_that_check_rejects(name, key):
     assert helpers.exercises.grade(key, given_function(name)) is False

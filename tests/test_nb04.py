@@ -182,21 +182,21 @@ def test_04_1_scale_after_a_sequence_of_steps():
     assert helpers.exercises.grade("04.1", 65536) is False
 
 
-def test_04_2_smallest_scale_that_keeps_1e9():
-    assert solution("04.2") == 32.0
+def test_04_6_smallest_scale_that_keeps_1e9():
+    assert solution("04.6") == 32.0
     assert (torch.tensor(1e-9) * 32).half().item() > 0
     assert (torch.tensor(1e-9) * 16).half().item() == 0
-    assert helpers.exercises.grade("04.2", 32) is True
-    assert helpers.exercises.grade("04.2", 5) is False  # the exponent, not the scale
+    assert helpers.exercises.grade("04.6", 32) is True
+    assert helpers.exercises.grade("04.6", 5) is False  # the exponent, not the scale
 
 
-def test_04_3_one_bad_micro_batch_skips_its_whole_accumulated_step():
-    assert solution("04.3") == 2
-    assert helpers.exercises.grade("04.3", 2) is True
-    assert helpers.exercises.grade("04.3", 3) is False
+def test_04_2_one_bad_micro_batch_skips_its_whole_accumulated_step():
+    assert solution("04.2") == 2
+    assert helpers.exercises.grade("04.2", 2) is True
+    assert helpers.exercises.grade("04.2", 3) is False
 
 
-def test_04_4_clipping_before_unscale_is_rejected_and_the_fix_accepted():
+def test_04_3_clipping_before_unscale_is_rejected_and_the_fix_accepted():
     def broken(model, optimizer, scaler, loss, max_norm):  # notebook 04's exercise cell, as given
         scaler.scale(loss).backward()
         nn.utils.clip_grad_norm_(model.parameters(), max_norm)
@@ -204,12 +204,12 @@ def test_04_4_clipping_before_unscale_is_rejected_and_the_fix_accepted():
         scaler.step(optimizer)
         scaler.update()
 
-    assert solution("04.4") == pytest.approx(lab.CLIP_NORM, rel=1e-4)
-    assert helpers.exercises.grade("04.4", lab.update_norm(broken, lab.CLIP_NORM)) is False
-    assert helpers.exercises.grade("04.4", lab.update_norm(unscale_then_clip, lab.CLIP_NORM)) is True
+    assert solution("04.3") == pytest.approx(lab.CLIP_NORM, rel=1e-4)
+    assert helpers.exercises.grade("04.3", lab.update_norm(broken, lab.CLIP_NORM)) is False
+    assert helpers.exercises.grade("04.3", lab.update_norm(unscale_then_clip, lab.CLIP_NORM)) is True
 
 
-def test_04_5_a_checkpoint_without_the_scaler_is_rejected_and_the_fix_accepted():
+def test_04_4_a_checkpoint_without_the_scaler_is_rejected_and_the_fix_accepted():
     def save(model, optimizer, scaler):  # the exercise cell, as given
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
@@ -224,29 +224,29 @@ def test_04_5_a_checkpoint_without_the_scaler_is_rejected_and_the_fix_accepted()
         load(checkpoint, model, optimizer, scaler)
         scaler.load_state_dict(checkpoint["scaler"])
 
-    assert solution("04.5") == 2.0**18  # 7 clean steps with growth_interval=3: two growths from 2^16
-    assert helpers.exercises.grade("04.5", lab.resumed_scale(save, load)) is False       # restarts at 2^16
-    assert helpers.exercises.grade("04.5", lab.resumed_scale(save_fixed, load)) is False  # saved but not loaded
-    assert helpers.exercises.grade("04.5", lab.resumed_scale(save_fixed, load_fixed)) is True
+    assert solution("04.4") == 2.0**18  # 7 clean steps with growth_interval=3: two growths from 2^16
+    assert helpers.exercises.grade("04.4", lab.resumed_scale(save, load)) is False       # restarts at 2^16
+    assert helpers.exercises.grade("04.4", lab.resumed_scale(save_fixed, load)) is False  # saved but not loaded
+    assert helpers.exercises.grade("04.4", lab.resumed_scale(save_fixed, load_fixed)) is True
 
 
-def run_04_6(half: bool, scaler_on: bool) -> float:
+def run_04_5(half: bool, scaler_on: bool) -> float:
     net = lab.faint_net()
     net = net.half() if half else net
     optimizer = torch.optim.Adam(net.parameters(), lr=lab.FAINT_LR)
     return lab.fp16_training_ratio(net, optimizer, torch.amp.GradScaler("cpu", enabled=scaler_on))
 
 
-def test_04_6_a_half_model_is_rejected_and_the_fix_accepted():
-    assert 0.1 < solution("04.6") < 0.3
-    assert helpers.exercises.grade("04.6", run_04_6(half=True, scaler_on=False)) is False   # the exercise cell: NaN
+def test_04_5_a_half_model_is_rejected_and_the_fix_accepted():
+    assert 0.1 < solution("04.5") < 0.3
+    assert helpers.exercises.grade("04.5", run_04_5(half=True, scaler_on=False)) is False   # the exercise cell: NaN
     with pytest.raises(ValueError, match="FP16 gradients"):                     # half only: refused
-        run_04_6(half=True, scaler_on=True)
-    assert helpers.exercises.grade("04.6", run_04_6(half=False, scaler_on=False)) is False  # no scaler: stalls
-    assert helpers.exercises.grade("04.6", run_04_6(half=False, scaler_on=True)) is True
+        run_04_5(half=True, scaler_on=True)
+    assert helpers.exercises.grade("04.5", run_04_5(half=False, scaler_on=False)) is False  # no scaler: stalls
+    assert helpers.exercises.grade("04.5", run_04_5(half=False, scaler_on=True)) is True
 
 
-@pytest.mark.parametrize("key", ["04.1", "04.2", "04.3", "04.4", "04.5", "04.6"])
+@pytest.mark.parametrize("key", ["04.1", "04.6", "04.2", "04.3", "04.4", "04.5"])
 def test_unanswered(key, capsys):
     assert helpers.check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out
