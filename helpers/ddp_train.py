@@ -1,10 +1,8 @@
-"""One rank of notebook 05's distributed job: ``torchrun --standalone --nproc_per_node=2 -m
-helpers.ddp_train --fsdp --out report.json`` (gloo on CPU, NCCL with a GPU per process).
+"""One rank of notebook 05's job: ``torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train``.
 
-Each rank trains one seeded MLP on its own batches under DDP and autocast (a ``GradScaler`` for
-float16) and checks that every rank ends with rank 0's weights, exactly. With ``--fsdp`` it averages
-one gradient in float32, bfloat16 and float16 (DDP's compression hooks) against float64, and trains
-the MLP with FSDP2 (``fully_shard``, ``MixedPrecisionPolicy``), recording each stage's dtype, bytes.
+Each rank trains a seeded MLP on its own batches under DDP and autocast and checks that every rank
+ends with rank 0's weights, exactly. ``--fsdp``: also DDP's buckets, gradients averaged in 16 bits,
+and FSDP2's policy (``fully_shard``, ``MixedPrecisionPolicy``), each stage's dtype and bytes.
 """
 from __future__ import annotations
 
@@ -70,10 +68,10 @@ def choose_backend(requested: str, local_world_size: int, cuda_devices: int | No
 
 
 def fsdp2() -> tuple:
-    """``(MixedPrecisionPolicy, fully_shard)``: public in ``torch.distributed.fsdp`` since 2.6."""
+    """``(MixedPrecisionPolicy, fully_shard)``, public in ``torch.distributed.fsdp`` in 2.14.1."""
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    except ImportError:  # torch 2.4-2.5: a private module
+    except ImportError:  # torch 2.4.1 (2.5-2.13: not tested here): a private module
         from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
     return MixedPrecisionPolicy, fully_shard
 
@@ -144,12 +142,23 @@ def train(model: nn.Module, data: list, amp: torch.dtype | None, record: dict):
     return optimizer
 
 
-def run_ddp(data: list, amp: torch.dtype, world_size: int) -> dict:
-    """DDP + autocast; whether every rank ends with rank 0's weights, exactly."""
+def run_ddp(data: list, amp: torch.dtype, world_size: int, bucket_view: bool = False) -> dict:
+    """DDP + autocast; whether every rank ends with rank 0's weights, exactly; the bytes of DDP's
+    all-reduce buckets, and whether the gradients are views into them (``bucket_view``)."""
     model = tiny_model(data[0][0].device)
-    ddp = DistributedDataParallel(model)  # copies rank 0's weights to every rank
+    ddp = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)  # rank 0's weights
     record = {"amp_dtype": _name(amp), "parameters": _name(next(model.parameters()).dtype)}
+    buckets: dict = {}  # the latest flat buffer of each bucket: (address, bytes)
+
+    def allreduce(state, bucket):  # the default all-reduce, recording the bucket it reduces
+        buckets[bucket.index()] = (bucket.buffer().data_ptr(), bucket.buffer().nbytes)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, allreduce)
     train(ddp, data, amp, record)
+    grads = {p.grad.untyped_storage().data_ptr() for p in model.parameters()}
+    record["bytes"]["buckets"] = sum(n for _, n in buckets.values())
+    record["grads_in_buckets"] = grads <= {address for address, _ in buckets.values()}
     record["gradients"] = _name(next(model.parameters()).grad.dtype)
     mine = _flat(model.parameters())
     gathered = [torch.empty_like(mine) for _ in range(world_size)]
@@ -213,10 +222,11 @@ def train_rank(args: argparse.Namespace, launch: Launch, backend: str) -> dict:
     record = {"rank": launch.rank, "node": launch.node, "device": str(device), "backend": backend,
               "torch": torch.__version__, "ddp": run_ddp(data, amp, launch.world_size)}
     if args.fsdp:
+        record["ddp_view"] = run_ddp(data, amp, launch.world_size, bucket_view=True)
         record["reduction"] = reduction_errors(*data[0])
         try:
             record["fsdp"] = run_fsdp(data, torch.bfloat16, torch.float32)
-        except Exception as error:  # torch 2.4-2.5 without CUDA: FSDP2 assumed a GPU
+        except Exception as error:  # torch 2.4.1 without CUDA (2.5-2.13 not tested here)
             record["fsdp_error"] = f"{type(error).__name__}: {error}".splitlines()[0]
     records: list = [None] * launch.world_size
     dist.all_gather_object(records, record)

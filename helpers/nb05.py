@@ -1,6 +1,4 @@
-"""Notebook 05's scaffolding: a probe of autocast's per-thread state, a CPU re-enactment of how
-``nn.DataParallel`` runs replicas in threads, and bounded ``torchrun`` launches over loopback.
-"""
+"""Notebook 05's scaffolding: autocast's per-thread state, DataParallel re-enacted, launches."""
 from __future__ import annotations
 
 import contextlib
@@ -81,8 +79,7 @@ class Seen(NamedTuple):
 
 def observe(model: DtypeProbe, outside: torch.dtype, call: Callable[[], Any],
             device_type: str = "cpu") -> Seen:
-    """Run ``call()`` under ``autocast(device_type, dtype=outside)``; return what ``model`` saw (its
-    log is cleared first). Raises ``ValueError`` if its calls (one per replica) disagree."""
+    """What ``model`` saw (log cleared first) in ``call()`` under autocast(device_type, outside)."""
     model.log.clear()
     with torch.amp.autocast(device_type, dtype=outside):
         call()
@@ -94,12 +91,9 @@ def observe(model: DtypeProbe, outside: torch.dtype, call: Callable[[], Any],
 
 def replay_data_parallel(module: nn.Module, batch: torch.Tensor, *, replicas: int = 2,
                          device_type: str = "cpu", behaviour: str = "1.7+") -> torch.Tensor:
-    """``nn.DataParallel.forward`` on CPU: scatter, replicate, one thread per replica, gather.
-
-    The worker follows ``torch.nn.parallel.parallel_apply``'s. ``behaviour="1.6"``: it restores the
-    caller's grad mode only. ``"1.7+"`` (PR 43102, still so): it also enters ``autocast(device_type,
-    enabled=<caller's flag>)``, without a dtype. One replica runs in the calling thread.
-    """
+    """``nn.DataParallel.forward`` on CPU: scatter, replicate, one thread per replica, gather. The
+    worker follows ``parallel_apply``'s: ``"1.6"`` restores the caller's grad mode only; ``"1.7+"``
+    (PR 43102) also enters ``autocast(device_type, enabled=<caller's flag>)``, without a dtype."""
     if behaviour not in ("1.6", "1.7+") or replicas < 1:
         raise ValueError(f"behaviour '1.6' or '1.7+', replicas >= 1, not {behaviour!r}, {replicas}")
     chunks = batch.chunk(replicas)  # scatter
@@ -143,8 +137,7 @@ def source_lines(obj: Any, needles: Sequence[str]) -> list[str]:
 
 
 def local_launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a launch over loopback: ``base`` (default ``os.environ``) without an
-    enclosing job's variables, one CPU thread per rank, gloo on the loopback interface."""
+    """``base`` (``os.environ``) without a job's variables, 1 thread per rank, gloo on loopback."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in LAUNCH_ENV}
     env["OMP_NUM_THREADS"] = "1"
     loopback = {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
@@ -159,7 +152,7 @@ def free_port() -> int:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux ``/proc``; an empty list elsewhere)."""
+    """Every process below ``pid`` (Linux ``/proc``; none elsewhere)."""
     parents: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
@@ -174,8 +167,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _stop(process: subprocess.Popen) -> str:
-    """Kill ``process``, its session and every descendant (ranks may run in sessions of their own);
-    return its stderr, without waiting for pipes that a surviving process still holds."""
+    """Kill ``process``, its session and every descendant; its stderr (no wait on held pipes)."""
     if os.name != "posix":
         process.kill()
     victims = [(os.killpg, process.pid)] + [(os.kill, pid) for pid in _descendants(process.pid)]
@@ -201,11 +193,9 @@ def _run(command: Sequence[str], timeout: float, **popen: Any) -> tuple:
 
 def run_job(command: Sequence[str] | Callable[[int], Sequence[Sequence[str]]], *, timeout: float,
             cwd: str | None = None, env: Mapping[str, str] | None = None, attempts: int = 1) -> Any:
-    """Run ``command`` to the end, capturing its text output; past ``timeout`` s, kill it and its
-    children. For a callable, run all the commands ``command(port)`` gives at once (torchrun agents
-    meeting at a :func:`free_port` of their own) and return their list. A timed-out run starts again
-    (a new port), ``attempts`` times in all; after the last, ``TimeoutError`` with its stderr's end.
-    """
+    """Run ``command`` (or all of ``command(free_port())`` at once: agents) to the end, capturing
+    output; past ``timeout`` s kill it and its children and start again on a new port, ``attempts``
+    times in all, then raise ``TimeoutError`` with its stderr's end."""
     for attempt in range(1, attempts + 1):
         commands = command(free_port()) if callable(command) else [command]
         with ThreadPoolExecutor(len(commands)) as pool:

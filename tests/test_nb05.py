@@ -392,7 +392,7 @@ def test_run_job_retries_agents_on_a_new_port_and_kills_all_of_them(tmp_path):
 # ------------------------------------------------------------------- the job's script: helpers.ddp_train
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-HAS_FSDP2_ON_CPU = hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard")  # torch 2.6+
+HAS_FSDP2_ON_CPU = hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard")  # 2.14.1, not 2.4.1
 
 
 def test_launch_from_env_reads_torchrun_variables():
@@ -496,17 +496,21 @@ def test_one_rank_job_agrees_with_itself_and_measures_reductions(single_rank_gro
     report = ddp_train.train_rank(ddp_train.parse_args(["--steps", "2", "--fsdp"]), single_rank_group, "gloo")
     rank = report["ranks"][0]
     assert rank["ddp"]["identical"] and rank["ddp"]["parameters"] == rank["ddp"]["gradients"] == "float32"
+    # DDP's all-reduce bucket: a float32 copy of every gradient by default, the gradients themselves with views
+    for name, in_buckets in (("ddp", False), ("ddp_view", True)):
+        assert rank[name]["bytes"]["buckets"] == 5896 * 4 and rank[name]["grads_in_buckets"] is in_buckets
+    assert rank["ddp_view"]["identical"] and rank["ddp_view"]["losses"] == rank["ddp"]["losses"]
     reduction = rank["reduction"]
     assert reduction["elements"] == 5896 and reduction["noise"] == 0  # one rank: it is the average
     assert reduction["float32"]["error"] == 0  # nothing to add: the float32 average is exact
     for name in ("bfloat16", "float16"):  # one rounding to 16 bits: a fraction of the format's eps
         eps = torch.finfo(getattr(torch, name)).eps
         assert 0 < reduction[name]["error"] <= eps and reduction[name]["bytes"] == 5896 * 2
-    assert ("fsdp" in rank) is HAS_FSDP2_ON_CPU, rank.get("fsdp_error")  # FSDP2 on a CPU: torch 2.6+
+    assert ("fsdp" in rank) is HAS_FSDP2_ON_CPU, rank.get("fsdp_error")  # FSDP2 on a CPU: 2.14.1, not 2.4.1
     assert ("fsdp_error" in rank) is not HAS_FSDP2_ON_CPU
 
 
-@pytest.mark.skipif(not HAS_FSDP2_ON_CPU, reason="FSDP2 runs on a CPU from torch 2.6")
+@pytest.mark.skipif(not HAS_FSDP2_ON_CPU, reason="FSDP2 on a CPU: seen on torch 2.14.1, not 2.4.1")
 def test_fsdp_policy_dtypes_on_one_rank(single_rank_group):
     data = ddp_train.batches(0, 2, torch.device("cpu"))
     record = ddp_train.run_fsdp(data, torch.bfloat16, torch.float32)
