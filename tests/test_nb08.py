@@ -109,7 +109,7 @@ def test_08_1_accepts_the_float32_loss_and_rejects_the_bfloat16_one():
     with torch.no_grad():
         fp32_model_loss = lab.next_token_loss(lab.load_gpt(), *lab.batch(
             lab.token_splits()[1], 16, 64, torch.Generator().manual_seed(3))).item()
-    assert not helpers.exercises.grade("08.1", fp32_model_loss)  # the exercise keeps the bfloat16 model
+    assert not helpers.exercises.grade("08.1", fp32_model_loss)  # the bfloat16 model stays
 
 
 def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
@@ -120,13 +120,20 @@ def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
         assert not helpers.exercises.grade("08.2", wrong)
 
 
-def test_08_3_needs_a_finite_mask():
-    _, allowed, _ = solutions.exercise_08_3_inputs()
-    unfixed = ((~allowed).float() * -1e9).half()[:, None]
-    minus_inf = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf")).half()[:, None]
+def test_08_3_fills_the_scores_instead_of_adding_a_mask():
+    fp16_min = torch.finfo(torch.float16).min
+    minus_1e9 = lambda s, a: s + ((~a).float() * -1e9).half()  # the unfixed line: -inf
+    minus_inf = lambda s, a: s.masked_fill(~a, float("-inf"))
+    added_min = lambda s, a: s + torch.zeros_like(s).masked_fill(~a, fp16_min)
     assert math.isfinite(solution("08.3"))
-    assert math.isnan(solutions.two_attention_layers(unfixed))
-    assert not helpers.exercises.grade("08.3", solutions.two_attention_layers(unfixed))
-    assert not helpers.exercises.grade("08.3", solutions.two_attention_layers(minus_inf))
-    finite = torch.zeros(allowed.shape, dtype=torch.float16).masked_fill(~allowed, -1e4)[:, None]
-    assert helpers.exercises.grade("08.3", solutions.two_attention_layers(finite))  # any finite fill will do
+    for wrong in (minus_1e9, minus_inf):
+        assert math.isnan(solutions.two_attention_layers(wrong))
+        assert not helpers.exercises.grade("08.3", solutions.two_attention_layers(wrong))
+    # scores shifted down by 100 (softmax does not change): finfo.min + score is -inf, NaN again;
+    # filled scores stay finite
+    low = lambda mask_scores: (lambda s, a: mask_scores(s - 100, a))
+    assert math.isfinite(solutions.two_attention_layers(added_min))  # fine while scores are > -16
+    assert math.isnan(solutions.two_attention_layers(low(added_min)))
+    assert math.isfinite(solutions.two_attention_layers(low(solutions.fill_the_scores)))
+    finite = lambda s, a: s.masked_fill(~a, -1e4)
+    assert helpers.exercises.grade("08.3", solutions.two_attention_layers(finite))  # any finite one

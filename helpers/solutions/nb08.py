@@ -37,32 +37,30 @@ def exercise_08_3_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return pad, allowed, hidden
 
 
-def attention(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Notebook 08 section 2's hand-written self-attention: softmax(q·k / √d + mask) @ v."""
-    scores = x @ x.transpose(-2, -1) * x.shape[-1] ** -0.5 + mask
-    return scores.softmax(-1) @ x
-
-
-def two_attention_layers(mask: torch.Tensor) -> float:
-    """08.3's computation for a (batch, 1, query, key) mask: the sum of |output| at real tokens."""
-    pad, _, hidden = exercise_08_3_inputs()
+def two_attention_layers(mask_scores) -> float:
+    """08.3's computation: two layers of float16 self-attention whose (batch, 1, query, key) scores
+    go through ``mask_scores(scores, allowed)``; the sum of |output| at the real tokens."""
+    pad, allowed, hidden = exercise_08_3_inputs()
     for _ in range(2):
-        hidden = attention(hidden, mask)
+        scores = hidden @ hidden.transpose(-2, -1) * hidden.shape[-1] ** -0.5
+        hidden = mask_scores(scores, allowed[:, None]).softmax(-1) @ hidden
     return hidden.float().squeeze(1)[pad].abs().sum().item()
 
 
-def _attention_output_with_a_finite_mask() -> float:
-    _, allowed, _ = exercise_08_3_inputs()
-    mask = torch.zeros(allowed.shape, dtype=torch.float16)
-    mask = mask.masked_fill(~allowed, torch.finfo(torch.float16).min)
-    return two_attention_layers(mask[:, None])
+def fill_the_scores(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Notebook 08 section 2: fill, don't add: disallowed scores become finfo(dtype).min."""
+    return scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+
+
+def _attention_output_with_filled_scores() -> float:
+    return two_attention_layers(fill_the_scores)
 
 
 SOLUTIONS = {
     "08.1": _loss_from_upcast_bf16_logits,
     "08.2": _kv_cache_bytes_of_a_small_bf16_model,
-    "08.3": _attention_output_with_a_finite_mask,
+    "08.3": _attention_output_with_filled_scores,
 }
 # 08.1: a float64 upcast (or .float() at another place) differs by ~1e-7; the bf16 loss by ~1e-3.
-# 08.3: another finite fill value (-1e4) rounds differently in float16; the wrong answer is NaN.
+# 08.3: another finite fill value (-1e4) rounds differently in float16; the wrong answers are NaN.
 TOLERANCES = {"08.1": 1e-5, "08.3": 1e-2}
