@@ -1,6 +1,6 @@
 """Datasheet peaks of NVIDIA GPUs (``data/gpu_peaks.json``: dense TFLOP/s from NVIDIA's documents,
-each GPU with its source; ``None``: no tensor cores for that format), and a measured figure as a
-fraction of its peak: the one place for both. Taught in notebook 01 §4, used in 06 §8."""
+each GPU with its source; ``None``: no tensor cores for that format), a measured figure as a
+fraction of its peak, and the ridge point, peak / bandwidth. Taught in 01 §4, used in 06 §7-8."""
 from __future__ import annotations
 
 import functools
@@ -77,3 +77,10 @@ def fraction_of_peak(tflops: float | None, device_name: str, dtype: str) -> floa
     """Measured ``tflops`` as a fraction of :func:`peak_tflops` (None where either is unknown)."""
     peak = peak_tflops(device_name, dtype)
     return None if peak is None or tflops is None else tflops / peak
+
+
+def ridge_flop_per_byte(device_name: str, dtype: str) -> float | None:
+    """Datasheet ridge point, peak FLOP/s over memory bandwidth (H100 bf16: 295): below it a kernel
+    waits for memory, above it it can keep the units busy; None where unknown. 01 §4, 06 §7."""
+    gpu, peak = peak_for(device_name), peak_tflops(device_name, dtype)
+    return None if gpu is None or peak is None else peak / gpu.bandwidth_tb_s

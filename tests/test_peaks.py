@@ -95,3 +95,12 @@ def test_good_gemm_fraction_is_cited_and_plausible():
     assert peaks.fraction_of_peak(794.5, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(
         peaks.GOOD_GEMM_FRACTION, abs=0.02)
     assert "Maximum Achievable Matmul FLOPS" in peaks.GOOD_GEMM_SOURCE and "https://" in peaks.GOOD_GEMM_SOURCE
+
+
+def test_ridge_is_datasheet_peak_over_bandwidth():
+    h100, v100 = "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"
+    assert peaks.ridge_flop_per_byte(h100, "bfloat16") == pytest.approx(989.5 / 3.35)  # ~295
+    assert round(peaks.ridge_flop_per_byte("NVIDIA A100-SXM4-80GB", "bf16")) == 153
+    assert round(peaks.ridge_flop_per_byte(v100, "float16")) == 139
+    assert peaks.ridge_flop_per_byte(v100, "bfloat16") is None  # no bf16 tensor cores
+    assert peaks.ridge_flop_per_byte("cpu", "fp32") is None
