@@ -1,18 +1,20 @@
 """Helpers for the course "Mixed precision in PyTorch, by experiment".
 
-General tools live in flat modules (``helpers.device``, ``helpers.speed``, ``helpers.measure``, ...), each notebook's
-own scaffolding in ``helpers.nbNN``. A notebook uses ``import helpers`` for general tools and
-``from helpers import nbNN as lab`` for its own harness. Course tooling (statistics, suite timing, the benchmark
-recorder, re-executing notebooks) is not part of this package: it lives in ``tools/``.
+General tools live in flat modules (``helpers.device``, ``helpers.speed``, ...), each notebook's own
+scaffolding in ``helpers.nbNN``. A notebook uses ``import helpers`` for general tools and
+``from helpers import nbNN as lab`` for its own harness. Course tooling (statistics, suite timing,
+the benchmark recorder, re-executing notebooks) is not part of this package: it lives in ``tools/``.
 """
-from . import autocast_rules, bench, debugging, dtype_trace, formats, leaks, measure, peaks, speed, state  # noqa: F401
+from . import (autocast_rules, bench, debugging, dtype_trace, formats, leaks, measure,  # noqa: F401
+               peaks, speed, state)
 from .data import CLASSES, make_loader, shapes_dataset
-from .device import (autocast_dtype, check_autocast_dtype, cuda_native_bf16, environment_report, fast_dtypes,
-                     needs_grad_scaler, pick_device, strict_fp32, supported_autocast_dtypes, tf32_flags)
+from .device import (autocast_dtype, check_autocast_dtype, cuda_native_bf16, environment_report,
+                     fast_dtypes, needs_grad_scaler, pick_device, strict_fp32,
+                     supported_autocast_dtypes, tf32_flags)
 from .exercises import check
 from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacing
-from .measure import (parameter_bytes, peak_cuda_memory, saved_activation_bytes, saved_activation_bytes_by_dtype,
-                      time_it)
+from .measure import (parameter_bytes, peak_cuda_memory, saved_activation_bytes,
+                      saved_activation_bytes_by_dtype, time_it)
 from .model import ShapesCNN, load_reference_model
 from .speed import DtypeSpeed, speed_profile, workload
 from .train import EvalResult, TrainLog, amp_step, evaluate, make_scaler, train

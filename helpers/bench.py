@@ -224,7 +224,8 @@ def results_markdown(records: Sequence[dict]) -> str:
                   "01, 03 and 06 and this section pick it up."]
     for record in records:
         machine, version = record["machine"], record["versions"]
-        flags = record["settings"].get("cpu_16bit_flags")  # which CPU made the figure: its 16-bit units
+        # which CPU made the figure: its 16-bit units
+        flags = record["settings"].get("cpu_16bit_flags")
         what = machine["device_name"] + (
             f" (sm {machine['gpu_capability']})" if machine["gpu_capability"] else
             f", {machine['threads']} threads, 16-bit CPU flags: {', '.join(flags or []) or 'none'}")

@@ -1,4 +1,4 @@
-"""The course's reference dataset: coloured shapes drawn with Pillow from a seed (offline, deterministic)."""
+"""The reference dataset: coloured shapes drawn with Pillow from a seed (offline, deterministic)."""
 from __future__ import annotations
 
 import math
@@ -16,7 +16,8 @@ TRAIN_SEED, TEST_SEED = 2024, 7
 N_TRAIN, N_TEST = 6000, 2000
 
 
-def _polygon(cx: float, cy: float, radius: float, corners: int, angle: float, inner: float = 1.0) -> list:
+def _polygon(cx: float, cy: float, radius: float, corners: int, angle: float,
+             inner: float = 1.0) -> list:
     """Points of a regular polygon (or a star when ``inner`` < 1) centred on (cx, cy)."""
     points = []
     steps = corners * (2 if inner < 1.0 else 1)
@@ -27,8 +28,8 @@ def _polygon(cx: float, cy: float, radius: float, corners: int, angle: float, in
     return points
 
 
-def _draw(draw: ImageDraw.ImageDraw, label: str, cx: float, cy: float, r: float, angle: float, colour,
-          background) -> None:
+def _draw(draw: ImageDraw.ImageDraw, label: str, cx: float, cy: float, r: float, angle: float,
+          colour, background) -> None:
     width = max(2, int(r * 0.35))
     if label == "circle":
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour)
@@ -66,7 +67,7 @@ def render_shapes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     images = np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
     for i, label in enumerate(labels):
         background = rng.integers(0, 256, 3)
-        colour = (background + rng.integers(90, 167, 3)) % 256  # always contrasts with the background
+        colour = (background + rng.integers(90, 167, 3)) % 256  # contrasts with the background
         image = Image.new("RGB", (size, size), tuple(int(c) for c in background))
         r = rng.uniform(0.25, 0.36) * size
         cx, cy = rng.uniform(r + 2, size - r - 2, 2)
@@ -75,7 +76,8 @@ def render_shapes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         small = np.asarray(image.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR), dtype=np.int16)
         noise = rng.normal(0, 10, small.shape)
         images[i] = np.clip(small + noise, 0, 255).astype(np.uint8)
-    return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels).long()
+    images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+    return images, torch.from_numpy(labels).long()
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:
@@ -85,9 +87,9 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=4)
 def shapes_dataset(split: str = "train", n: int | None = None) -> TensorDataset:
-    """The reference dataset: ``split`` is 'train' (6000 images) or 'test' (2000), float32 inputs in [-1, 1].
+    """The reference dataset: ``split`` 'train' (6000 images) or 'test' (2000), float32 in [-1, 1].
 
-    ``n`` takes the first n images of that split (it is drawn from the same seed, so it is a prefix).
+    ``n`` takes the first n images of that split (drawn from the same seed: a prefix).
     """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
@@ -96,7 +98,8 @@ def shapes_dataset(split: str = "train", n: int | None = None) -> TensorDataset:
     return TensorDataset(to_float(images), labels)
 
 
-def make_loader(dataset: TensorDataset, batch_size: int = 128, shuffle: bool = True, seed: int = 0) -> DataLoader:
-    """A DataLoader whose shuffling is seeded by its own ``torch.Generator`` (reproducible epochs)."""
+def make_loader(dataset: TensorDataset, batch_size: int = 128, shuffle: bool = True,
+                seed: int = 0) -> DataLoader:
+    """A DataLoader shuffled by its own seeded ``torch.Generator`` (reproducible epochs)."""
     generator = torch.Generator().manual_seed(seed)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)

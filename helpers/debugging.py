@@ -44,7 +44,7 @@ class FirstNonFinite:
 
 
 def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | None:
-    """The first submodule to *finish* with inf/NaN in ``model(*inputs)`` (forward hooks); 07 §3."""
+    """The first submodule to *finish* with inf/NaN in ``model(*inputs)`` (hooks); 07 §3."""
     found: list[FirstNonFinite] = []
 
     def hook(name: str) -> Callable:

@@ -1,8 +1,8 @@
-"""Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution computed by code.
+"""Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution made by code.
 
-Solutions live in ``helpers/solutions/nbNN.py`` as functions, so the notebooks do not give them away,
-and no answer is typed in by hand: each one is computed with PyTorch when checked. A module may also define
-``TOLERANCES = {"NN.k": rel_tol}`` for answers a learner will reasonably give rounded.
+Solutions live in ``helpers/solutions/nbNN.py`` as functions, so the notebooks do not give them
+away, and no answer is typed in by hand: each one is computed with PyTorch when checked. A module
+may define ``TOLERANCES = {"NN.k": rel_tol}`` for answers a learner will reasonably give rounded.
 """
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ def solution(key: str) -> Any:
 
 
 def tolerance(key: str) -> float:
-    """The relative tolerance exercise ``key`` accepts (its module's TOLERANCES entry, else 1e-6)."""
+    """The relative tolerance of exercise ``key`` (its module's TOLERANCES entry, else 1e-6)."""
     return getattr(_solutions_module(key), "TOLERANCES", {}).get(key, DEFAULT_REL_TOL)
 
 
 def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
     if isinstance(expected, bool) or isinstance(answer, bool):
-        return answer is expected  # 0 is not False, 1 is not True: a yes/no question wants True or False
+        return answer is expected  # 0 is not False: a yes/no question wants True or False
     if isinstance(expected, int) and isinstance(answer, (int, float)):
         return answer == expected  # a count or a number of bytes is exact: no tolerance
     if isinstance(expected, (int, float)) and isinstance(answer, (int, float)):
@@ -50,10 +50,10 @@ def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
 
 
 def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
-    """Whether ``answer`` solves exercise ``key``: True/False, or None if not answered yet (``answer is None``).
+    """Whether ``answer`` solves exercise ``key``: True/False, or None if not answered yet.
 
-    Integer answers (counts, bytes) must be exact; other numbers are compared with ``rel_tol`` (default: the
-    exercise's own tolerance, see :func:`tolerance`); yes/no answers must be ``True`` or ``False``.
+    Integer answers (counts, bytes) must be exact; other numbers are compared with ``rel_tol``
+    (default: the exercise's own tolerance, :func:`tolerance`); yes/no answers must be booleans.
     """
     if answer is None:
         return None
@@ -61,10 +61,12 @@ def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
 
 
 def check(key: str, answer: Any, rel_tol: float | None = None) -> None:
-    """Print whether ``answer`` solves exercise ``key`` (see :func:`grade`); returns nothing, so a notebook cell
-    shows only the verdict."""
+    """Print whether ``answer`` solves exercise ``key`` (see :func:`grade`); returns nothing, so a
+    notebook cell shows only the verdict."""
     correct = grade(key, answer, rel_tol)
     if correct is None:
-        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell again.")
+        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell "
+              "again.")
     else:
-        print(f"Exercise {key}: {'correct!' if correct else 'not yet: try again (the hint may help).'}")
+        verdict = "correct!" if correct else "not yet: try again (the hint may help)."
+        print(f"Exercise {key}: {verdict}")

@@ -29,7 +29,8 @@ def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", desc
         label=label, sub_label=sub_label, description=description,
     )
     first = timer.blocked_autorange(min_run_time=0)  # one warm-up call, then one timed call
-    if 2 * first.times[0] > min_run_time:  # too slow for blocks, or a cold call (caches, a busy core):
+    # too slow for blocks, or a cold call (caches, a busy core):
+    if 2 * first.times[0] > min_run_time:
         again = timer.blocked_autorange(min_run_time=0)  # time it once more, keep the faster
         first = min(first, again, key=lambda m: m.times[0])
     calls = int(min_run_time / first.times[0])  # how many calls fit in min_run_time

@@ -14,17 +14,16 @@ REGENERATE = "python -m tools.reference"
 
 
 class ShapesCNN(nn.Module):
-    """Four conv-BatchNorm-ReLU blocks (32x32 -> 4x4, then global average pooling) and a linear classifier.
-
-    Channel counts are multiples of 8, which tensor cores like.
-    """
+    """Four conv-BatchNorm-ReLU blocks (32x32 -> 4x4, then global average pooling) and a linear
+    classifier. Channel counts are multiples of 8, which tensor cores like."""
 
     def __init__(self, num_classes: int = len(CLASSES), widths: tuple[int, ...] = (16, 32, 64, 64)):
         super().__init__()
         layers: list[nn.Module] = []
         in_channels = 3
         for i, width in enumerate(widths):
-            layers += [nn.Conv2d(in_channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+            conv = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
+            layers += [conv, nn.BatchNorm2d(width), nn.ReLU()]
             layers.append(nn.MaxPool2d(2) if i < len(widths) - 1 else nn.AdaptiveAvgPool2d(1))
             in_channels = width
         self.features = nn.Sequential(*layers)
@@ -34,7 +33,8 @@ class ShapesCNN(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
-def load_reference_model(path: str | Path = CHECKPOINT, device: str | torch.device = "cpu") -> ShapesCNN:
+def load_reference_model(path: str | Path = CHECKPOINT,
+                         device: str | torch.device = "cpu") -> ShapesCNN:
     """The trained fp32 reference model in eval mode, loaded safely with ``weights_only=True``.
 
     Raises ``FileNotFoundError`` with the command that regenerates a missing checkpoint.
@@ -42,8 +42,8 @@ def load_reference_model(path: str | Path = CHECKPOINT, device: str | torch.devi
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"Checkpoint {path.name} not found in {path.parent.name}/. Regenerate it from the repository root "
-            f"with: {REGENERATE}  (about 20 s on 2 CPU cores)."
+            f"Checkpoint {path.name} not found in {path.parent.name}/. Regenerate it from the "
+            f"repository root with: {REGENERATE}  (about 20 s on 2 CPU cores)."
         )
     model = ShapesCNN()
     model.load_state_dict(torch.load(path, map_location=device, weights_only=True))

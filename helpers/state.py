@@ -1,6 +1,6 @@
-"""Snapshots of a model's (or optimizer's) state and bit-exact comparisons: did this step, load or call change
-anything? Taught in notebook 04 (skipped steps leave weights untouched; exact resume) and notebook 06 (what
-``.half()`` converts in place)."""
+"""Snapshots of a model's (or optimizer's) state and bit-exact comparisons: did this step, load or
+call change anything? Taught in notebook 04 (skipped steps leave weights untouched; exact resume)
+and notebook 06 (what ``.half()`` converts in place)."""
 from __future__ import annotations
 
 import torch
@@ -15,8 +15,8 @@ def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when ``a`` and ``b`` have the same dtype, shape and bit pattern (so NaN equals the same NaN and
-    ``-0.0`` differs from ``0.0``, unlike ``torch.equal``)."""
+    """True when ``a`` and ``b`` have the same dtype, shape and bit pattern (so NaN equals the same
+    NaN and ``-0.0`` differs from ``0.0``, unlike ``torch.equal``)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.is_floating_point():
@@ -26,41 +26,37 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    """True when two state dicts (e.g. from :func:`snapshot`) hold the same names and bit-identical tensors."""
+    """Whether two state dicts (from :func:`snapshot`) hold the same names and identical bits."""
     return a.keys() == b.keys() and all(bitwise_equal(a[name], b[name]) for name in a)
 
 
 def max_abs_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest absolute difference between matching floating tensors of two state dicts (same names required)."""
+    """Largest absolute difference between the floating tensors of two state dicts (same names)."""
     if a.keys() != b.keys():
         raise ValueError("the two state dicts do not hold the same names")
-    diffs = [(a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point()]
+    diffs = [(a[k].double() - b[k].double()).abs().max().item()
+             for k in a if a[k].is_floating_point()]
     return max(diffs, default=0.0)
 
 
 def optimizer_snapshot(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """A detached copy of the optimizer's per-parameter state (e.g. Adam's ``step``, ``exp_avg``, ``exp_avg_sq``),
-    keyed ``"<parameter index>.<name>"``; compare two snapshots with :func:`same_state`.
-
-    Non-tensor entries become tensors, so a snapshot holds only tensors. An optimizer that has not stepped yet
-    has no state: its snapshot is empty.
-    """
-    snapshot_: dict[str, torch.Tensor] = {}
-    for index, state in optimizer.state_dict()["state"].items():
-        for name, value in state.items():
-            tensor = value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(value)
-            snapshot_[f"{index}.{name}"] = tensor
-    return snapshot_
+    """A detached copy of the optimizer's per-parameter state (Adam's ``step``, ``exp_avg``, ...),
+    keyed ``"<parameter index>.<name>"``, every entry a tensor (compare with :func:`same_state`);
+    empty before the first step."""
+    return {f"{index}.{name}": (value.detach().clone() if isinstance(value, torch.Tensor)
+                                else torch.tensor(value))
+            for index, state in optimizer.state_dict()["state"].items()
+            for name, value in state.items()}
 
 
 def changed(old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -> set[str]:
-    """Names of the tensors whose dtype or any value differs between two state dicts of the same model."""
+    """Names of the tensors whose dtype or any value differs between two state dicts."""
     return {name for name, tensor in new.items()
             if tensor.dtype != old[name].dtype or not torch.equal(tensor, old[name])}
 
 
 def count_changes(model: nn.Module, names: set[str]) -> dict[str, str]:
-    """How many of ``model``'s parameters and buffers are in ``names``: ``{"parameters": "0 of 161", ...}``."""
+    """How many of ``model``'s parameters and buffers are in ``names`` ("0 of 161", ...)."""
     parameters = {name for name, _ in model.named_parameters()}
     buffers = {name for name, _ in model.named_buffers()}
     return {"parameters changed": f"{len(names & parameters)} of {len(parameters)}",

@@ -25,7 +25,7 @@ class TrainLog:
 
 
 def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> torch.amp.GradScaler:
-    """A ``GradScaler`` for fp16 autocast; raises for bf16 or fp32 (none needed). Notebook 04 §7."""
+    """A ``GradScaler`` for fp16 autocast; raises for bf16 or fp32 (none needed): 04 §7."""
     if amp_dtype != torch.float16:
         raise ValueError(f"No GradScaler is needed with {amp_dtype}: bfloat16 and float32 have "
                          "float32's exponent range, so small gradients do not underflow.")

@@ -1,4 +1,5 @@
 """Solutions to notebook 02 (dtype-following tensors), computed with PyTorch."""
+
 from __future__ import annotations
 
 import torch
@@ -42,10 +43,14 @@ class AttentionPool(nn.Module):
 
 
 class RepairedPool:
-    """02.4's judge: the answer is the learner's repaired ``AttentionPool`` class. Built with the notebook's
-    weights (seed 0) and converted with ``.half()``, it must give float16 outputs equal to the solution's on
-    inputs whose scores spread over several units and whose padded positions hold large features: uniform
-    attention (a ``nan_to_num`` around the broken line), negated or rescaled scores, or a dropped mask all
+    """02.4's judge: the answer is the learner's repaired ``AttentionPool`` class. Built with the
+    notebook's
+    weights (seed 0) and converted with ``.half()``, it must give float16 outputs equal to the
+    solution's on
+    inputs whose scores spread over several units and whose padded positions hold large features:
+    uniform
+    attention (a ``nan_to_num`` around the broken line), negated or rescaled scores, or a dropped
+    mask all
     move the output far beyond the tolerance; a float32 softmax island stays within it."""
 
     def __eq__(self, answer: object) -> bool:
@@ -55,7 +60,8 @@ class RepairedPool:
         features = (4 * torch.randn(3, 6, 8, generator=generator)).half()
         pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] + [True] * 5])
         signs = torch.tensor([1.0, -1.0]).repeat(int(pad.sum()) // 2 + 1)[: int(pad.sum())]
-        features[pad] = (1000 * signs).half()[:, None]  # +-1000: one padded position scores high if unmasked
+        # +-1000: one padded position scores high if unmasked
+        features[pad] = (1000 * signs).half()[:, None]
         outputs = []
         for pool in (AttentionPool, answer):
             with torch.random.fork_rng(devices=[]):  # leave the caller's global generator alone
@@ -66,9 +72,11 @@ class RepairedPool:
         expected, got = outputs
         if got.dtype != torch.float16 or got.shape != expected.shape or not got.isfinite().all():
             return False
-        # each output is a softmax-weighted mean of float16 features (|x| <= ~16 where unpadded): a correct
-        # repair differs by a few float16 roundings of that size, a wrong one by whole units
-        return torch.allclose(got.float(), expected.float(), rtol=0, atol=8 * torch.finfo(torch.float16).eps * 16)
+        # each output is a softmax-weighted mean of float16 features (|x| <= ~16 where unpadded): a
+        # correct repair differs by a few float16 roundings of that size, a wrong one by whole units
+        return torch.allclose(
+            got.float(), expected.float(), rtol=0, atol=8 * torch.finfo(torch.float16).eps * 16
+        )
 
     def __repr__(self) -> str:
         return "an AttentionPool class whose float16 pooling ignores the padding"
