@@ -6,6 +6,7 @@ import io
 import logging
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -66,9 +67,11 @@ def supported_autocast_dtypes(device_type: str) -> tuple[torch.dtype, ...]:
     if device_type == "cuda":
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         return (torch.float16, torch.bfloat16) if bf16 else (torch.float16,)
-    if device_type == "mps":
+    if device_type == "mps":  # fp16 since MPS autocast came; bf16 from torch 2.6 (pytorch#139390)
         is_available = getattr(torch.amp.autocast_mode, "is_autocast_available", None)
-        return (torch.float16,) if is_available is not None and is_available("mps") else ()
+        if is_available is None or not is_available("mps"):
+            return ()
+        return (torch.float16,) + (torch.bfloat16,) * _version_at_least(torch.__version__, (2, 6))
     raise ValueError(f"Unknown device type {device_type!r}: use one of {KNOWN_DEVICE_TYPES}")
 
 
@@ -91,8 +94,7 @@ def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
 
 
 def autocast_dtype(device: str | torch.device) -> torch.dtype:
-    """The course's autocast dtype on ``device``: CPU bf16 (whether it is *fast*:
-    :func:`helpers.speed_profile`), CUDA bf16 from sm_80, fp16 before; MPS fp16. Notebook 00 §1."""
+    """Autocast dtype: CPU bf16 (fast or not), CUDA bf16 from sm_80 (else fp16), MPS fp16; 00 §1."""
     device = torch.device(device)
     supported = supported_autocast_dtypes(device.type)
     if not supported:
@@ -100,7 +102,7 @@ def autocast_dtype(device: str | torch.device) -> torch.dtype:
                          "upgrade it or use 'cpu'.")
     if device.type == "cuda":
         return torch.bfloat16 if cuda_native_bf16(device) else torch.float16
-    return torch.bfloat16 if torch.bfloat16 in supported else supported[0]
+    return torch.bfloat16 if device.type == "cpu" else supported[0]  # MPS: fp16 (first)
 
 
 def needs_grad_scaler(amp_dtype: torch.dtype | None) -> bool:
@@ -201,9 +203,10 @@ def cpu_flags() -> set[str]:
 
 
 def tensor_cores(device: str | torch.device = "cuda") -> bool:
-    """Tensor cores: sm_70 on, except Turing's GTX 16xx (sm_75 without; datasheet); 07 §1."""
-    major = torch.cuda.get_device_capability(device)[0]
-    return major >= 7 and "GTX 16" not in torch.cuda.get_device_name(device)
+    """Tensor cores: sm_70 on, but not TU116/TU117 (GTX 16xx, MX450/550, T400/600/1000); 07 §1."""
+    name = torch.cuda.get_device_name(device)  # sm_75 without tensor cores: datasheet
+    return torch.cuda.get_device_capability(device)[0] >= 7 and not re.search(
+        r"GTX 16|MX[45]50|\bT(400|600|1000)\b", name)
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:
@@ -221,8 +224,8 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
                 "bfloat16": f"{name}: tensor cores ({sm}), fast" if fast and major >= 8
                 else f"{name}: not supported natively before sm_80"}
     if device.type == "mps":
-        return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: fast",
-                "bfloat16": "Apple GPU: recent macOS only"}
+        return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: not measured here",
+                "bfloat16": "Apple GPU: autocast from torch 2.6; not measured here"}
     report = {"float32": "CPU: baseline (vectorised FP32)"}
     machine = platform.machine() or "unknown architecture"
     if machine not in X86_MACHINES:  # 16-bit arithmetic varies by chip: only a timing tells
@@ -234,8 +237,8 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
         report[name] = (
             f"CPU reports {short} instructions ({', '.join(found)}): oneDNN kernels can use them"
             if found else f"CPU reports no {'/'.join(instructions)}: {short} math is emulated "
-            "through fp32 (compute-bound work, above the crossover batch of 00 §2, much SLOWER; "
-            "memory-bound ops and batch-1 layers still gain from half the bytes)")
+            "through fp32 (compute-bound work above 00 §2's crossover batch much SLOWER; batch-1 "
+            "layers up to 2x faster where the kernel keeps pace with memory: the ratio says)")
     return report
 
 

@@ -7,16 +7,17 @@ from dataclasses import dataclass
 import torch
 
 from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
-from .speed import MAX_MEMORY_RATIO, default_sizes
+from .speed import MAX_MEMORY_RATIO, MIN_MEMORY_RATIO, default_sizes, last_level_cache_bytes
 
 COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
 
 
 def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int]:
-    """(n x n weights, batches, add's elements) for §2: past the caches and the ridge point."""
-    if torch.device(device).type == "cuda":
+    """(n x n weights, batches, add's elements) for §2; CPU: 16-bit weights 2x the LLC."""
+    if torch.device(device).type in ("cuda", "mps"):
         return 8192, (1, 4, 16, 64, 256, 1024, 4096), 1 << 26
-    return 4096, (1, 2, 4, 8, 16, 32, 64, 128), default_sizes(device)[1]
+    n = min(12288, 256 * math.ceil(math.sqrt(last_level_cache_bytes()) / 256))  # n*n*2 >= 2 LLC
+    return n, (1, 2, 4, 8, 16, 32, 64, 128), default_sizes(device)[1]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Roofline:
     @classmethod
     def from_points(cls, points: list[Point]) -> "Roofline":
         largest = max(p.size for p in points if p.op == "add")
-        return cls(points, {p.dtype: p.nbytes / p.seconds for p in points if p.size == largest},
+        return cls(points, {p.dtype: p.nbytes / p.seconds for p in points
+                            if (p.op, p.size) == ("add", largest)},
                    {d: max(p.rate for p in points if (p.dtype, p.op) == (d, "linear"))
                     for d in COLOURS})
 
@@ -87,7 +89,10 @@ class Roofline:
         for d in ("bfloat16", "float16"):
             one = self.ratios(d)[1]  # memory-bound: half the bytes allow about 2x, not more
             noise = ": more than half the bytes allow, noise: run again" * (one > MAX_MEMORY_RATIO)
-            lines.append(f"{d} weights: {self._words(d)} (batch 1: {one:.2f}x{noise})")
+            add = self.bandwidth[d] / self.bandwidth["float32"] * 2  # float32's time / d's
+            odd = (f"; add {add:.2f}x float32, outside {MIN_MEMORY_RATIO}-{MAX_MEMORY_RATIO}x: "
+                   "noise, run again") * (not MIN_MEMORY_RATIO <= add <= MAX_MEMORY_RATIO)
+            lines.append(f"{d} weights: {self._words(d)} (batch 1: {one:.2f}x{noise}{odd})")
         tiny = min((p for p in self.points if (p.dtype, p.op) == ("float32", "add")),
                    key=lambda p: p.size)
         speed = tiny.nbytes / tiny.seconds

@@ -1,5 +1,4 @@
-"""Notebook 07's scaffolding: :func:`hardware_class` names this machine's row of the decision guide
-(§1; the guide itself is a table in the notebook, one row per class of :data:`CLASSES`)."""
+"""Notebook 07's scaffolding: :func:`hardware_class`, this machine's row of the guide (§1)."""
 from __future__ import annotations
 
 import torch
@@ -11,8 +10,7 @@ CLASSES = ("cpu-avx2", "cpu-bf16", "mps", "cuda-fp32", "cuda-fp16", "cuda-bf16")
 
 
 def hardware_class(device: str | torch.device, profile: dict[str, DtypeSpeed] | None = None) -> str:
-    """The guide's row for ``device``: on a CPU from the measured bf16 matmul speed (``profile``,
-    default :func:`helpers.speed_profile`), on CUDA from the compute capability."""
+    """The guide's row: CPU from the measured bf16 matmul speed, CUDA from the capability."""
     device = torch.device(device)
     if device.type == "cuda":
         if cuda_native_bf16(device):

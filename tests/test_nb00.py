@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+import helpers
 from helpers import exercises, nb00 as lab
 
 SIZE = 4096
@@ -38,6 +39,19 @@ def test_roofline_roofs_come_from_the_measured_points():
     assert point.intensity == pytest.approx(2 * SIZE * SIZE / ((SIZE * SIZE + 2 * SIZE) * 2))
 
 
+def test_the_bandwidth_roof_comes_from_the_add_only():
+    points = sweep({1: 2.0}, {1: 2.0}) + [linear("float32", 1 << 24, 1e6)]  # a linear of the add's size
+    assert lab.Roofline.from_points(points).bandwidth["float32"] == pytest.approx(40e9)
+
+
+def test_a_16_bit_add_much_slower_than_float32s_is_called_noise():
+    points = [p for p in sweep({1: 2.0}, {1: 2.0}) if (p.dtype, p.op, p.size) != ("bfloat16", "add", 1 << 24)]
+    points.append(lab.Point("bfloat16", "add", 1 << 24, 1 << 24, 6 << 24, 6 * (1 << 24) / 10e9))  # 0.5x
+    text = str(lab.Roofline.from_points(points))
+    assert "(batch 1: 2.00x; add 0.50x float32, outside 0.7-3.0x: noise, run again)" in text
+    assert "float16 weights" in text and text.count("noise") == 1
+
+
 def test_the_crossover_and_the_finding_follow_the_measurement():
     roofline = lab.Roofline.from_points(sweep(bf16={1: 2.0, 4: 1.33, 16: 0.2}, fp16={1: 0.95, 4: 0.5}))
     assert roofline.ties_up_to("bfloat16") == 4 and roofline.ties_up_to("float16") == 1  # an AVX2 laptop
@@ -56,7 +70,17 @@ def test_the_crossover_and_the_finding_follow_the_measurement():
 
 def test_sweep_sizes_stream_past_the_cache_and_reach_the_compute_bound_regime():
     size, batches, elements = lab.sweep_sizes("cpu")
-    assert size * size * 2 >= 32 << 20 and batches[0] == 1 and batches[-1] >= 64 and elements >= 1 << 22
+    llc = helpers.speed.last_level_cache_bytes()
+    assert size * size * 2 >= 2 * llc and batches[0] == 1 and batches[-1] >= 64 and elements >= 1 << 22
+    assert lab.sweep_sizes("mps")[0] == lab.sweep_sizes("cuda")[0] == 8192
+
+
+def test_sweep_sizes_grow_with_the_cache_within_a_memory_cap(monkeypatch):
+    monkeypatch.setattr(lab, "last_level_cache_bytes", lambda: 96 << 20)  # Genoa-X
+    size = lab.sweep_sizes("cpu")[0]
+    assert size * size * 2 >= 2 * (96 << 20) and size % 256 == 0
+    monkeypatch.setattr(lab, "last_level_cache_bytes", lambda: 504 << 20)  # Granite Rapids
+    assert lab.sweep_sizes("cpu")[0] == 12288
 
 
 def test_format_and_bit_tables_name_every_format():

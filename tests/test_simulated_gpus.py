@@ -160,9 +160,15 @@ def test_fast_dtypes_explains_from_the_compute_capability(fake_cuda, gpu):
 
 @pytest.mark.parametrize("gpu, rate", [(Gpu("Tesla P100-PCIE-16GB", (6, 0), None), "2x"),
                                        (Gpu("NVIDIA GeForce GTX 1080", (6, 1), None), "1/64 of"),
-                                       (Gpu("NVIDIA GeForce GTX 1660 SUPER", (7, 5), None), "2x")])
+                                       (Gpu("NVIDIA GeForce GTX 1660 SUPER", (7, 5), None), "2x"),
+                                       (Gpu("NVIDIA GeForce MX450", (7, 5), None), "2x"),
+                                       (Gpu("NVIDIA GeForce MX550", (7, 5), None), "2x"),
+                                       (Gpu("NVIDIA T400 4GB", (7, 5), None), "2x"),
+                                       (Gpu("NVIDIA T600", (7, 5), None), "2x"),
+                                       (Gpu("NVIDIA T1000 8GB", (7, 5), None), "2x")])
 def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
-    """GTX 16xx is sm_75 like a T4 but has no tensor cores; P100 runs fp16 at 2x fp32, GTX 10xx at
+    """GTX 16xx, MX450/MX550 and T400/T600/T1000 (TU116/TU117) are sm_75 like a T4 but have no
+    tensor cores; P100 runs fp16 at 2x fp32, GTX 10xx at
     1/64 (datasheets): neither is "fast", and the guide puts all three on its float32 row."""
     fake_cuda(gpu)
     verdicts = helpers.fast_dtypes("cuda")
@@ -172,6 +178,8 @@ def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
     assert helpers.device.tensor_cores() is False and guide.hardware_class("cuda") == "cuda-fp32"
     fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
     assert helpers.device.tensor_cores() is True and guide.hardware_class("cuda") == "cuda-fp16"
+    fake_cuda(Gpu("Quadro RTX 4000", (7, 5), None))  # TU104: tensor cores, a T in no model number
+    assert helpers.device.tensor_cores() is True
 
 
 @pytest.mark.parametrize("gpu", [GPUS[1], GPUS[-1]], ids=ids([GPUS[1], GPUS[-1]]))
@@ -189,6 +197,7 @@ def test_speed_profile_and_workload_use_gpu_sizes(fake_cuda, monkeypatch, gpu):
     monkeypatch.setattr(helpers.speed, "_speed_profile", fake_profile)
     profile = helpers.speed_profile("cuda")
     assert seen == [("cuda", 4096, 1 << 26)]  # large enough to fill a GPU
+    assert helpers.speed.default_sizes("mps") == (4096, 1 << 26)  # MPS too: 256^2 is overhead there
     assert profile["float16"].compute_is_fast and profile["bfloat16"].compute_is_fast is gpu.native_bf16
     assert helpers.workload(torch.bfloat16, 100, 10, "cuda") == (100 if gpu.native_bf16 else 10)
 
