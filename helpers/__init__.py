@@ -13,8 +13,8 @@ from .device import (autocast_dtype, check_autocast_dtype, cuda_native_bf16, env
                      supported_autocast_dtypes, tf32_flags)
 from .exercises import check
 from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacing
-from .measure import (parameter_bytes, peak_cuda_memory, saved_activation_bytes,
-                      saved_activation_bytes_by_dtype, time_it)
+from .measure import (parameter_bytes, saved_activation_bytes, saved_activation_bytes_by_dtype,
+                      time_it)
 from .model import ShapesCNN, load_reference_model
 from .speed import DtypeSpeed, speed_profile, workload
 from .train import EvalResult, TrainLog, amp_step, evaluate, make_scaler, train

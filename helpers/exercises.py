@@ -1,18 +1,11 @@
-"""Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution made by code.
-
-Solutions live in ``helpers/solutions/nbNN.py`` as functions, so the notebooks do not give them
-away, and no answer is typed in by hand: each one is computed with PyTorch when checked. A module
-may define ``TOLERANCES = {"NN.k": rel_tol}`` for answers a learner will reasonably give rounded.
-"""
+"""Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution computed by
+the functions of ``helpers/solutions/nbNN.py`` (never typed in); ``TOLERANCES`` for rounded ones."""
 from __future__ import annotations
 
 import importlib
 import math
 from types import ModuleType
 from typing import Any
-
-DEFAULT_REL_TOL = 1e-6
-
 
 def _solutions_module(key: str) -> ModuleType:
     notebook = key.split(".")[0]
@@ -32,7 +25,7 @@ def solution(key: str) -> Any:
 
 def tolerance(key: str) -> float:
     """The relative tolerance of exercise ``key`` (its module's TOLERANCES entry, else 1e-6)."""
-    return getattr(_solutions_module(key), "TOLERANCES", {}).get(key, DEFAULT_REL_TOL)
+    return getattr(_solutions_module(key), "TOLERANCES", {}).get(key, 1e-6)
 
 
 def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
@@ -50,11 +43,8 @@ def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
 
 
 def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
-    """Whether ``answer`` solves exercise ``key``: True/False, or None if not answered yet.
-
-    Integer answers (counts, bytes) must be exact; other numbers are compared with ``rel_tol``
-    (default: the exercise's own tolerance, :func:`tolerance`); yes/no answers must be booleans.
-    """
+    """True/False, or None if not answered yet: integer answers (counts, bytes) exact, yes/no ones
+    booleans, other numbers within ``rel_tol`` (default: :func:`tolerance`)."""
     if answer is None:
         return None
     return _matches(answer, solution(key), tolerance(key) if rel_tol is None else rel_tol)
@@ -63,10 +53,6 @@ def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
 def check(key: str, answer: Any, rel_tol: float | None = None) -> None:
     """Print whether ``answer`` solves exercise ``key`` (see :func:`grade`); returns nothing, so a
     notebook cell shows only the verdict."""
-    correct = grade(key, answer, rel_tol)
-    if correct is None:
-        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell "
-              "again.")
-    else:
-        verdict = "correct!" if correct else "not yet: try again (the hint may help)."
-        print(f"Exercise {key}: {verdict}")
+    verdict = {None: "not answered yet. Replace None with your answer and run this cell again.",
+               True: "correct!", False: "not yet: try again (the hint may help)."}
+    print(f"Exercise {key}: {verdict[grade(key, answer, rel_tol)]}")

@@ -17,13 +17,10 @@ from torch.utils import benchmark  # noqa: E402
 
 def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", description: str = "",
             min_run_time: float = 0.5, blocks: int = 5) -> benchmark.Measurement:
-    """Time ``fn()`` with ``torch.utils.benchmark.Timer``, about ``min_run_time`` s of calls: a
-    warm-up and one timed call size the blocks (a call over half of ``min_run_time`` is timed twice,
-    each after a warm-up, and the faster kept: one cold call could overstate it many times),
-    then blocks of >= 20 calls (``blocks`` where they fit) run until ``min_run_time``; all of
-    PyTorch's CPU threads (Timer's default is one); Timer synchronises CUDA. Read ``.median`` (s per
-    call, median block) or ``.times``. Unlike ``blocked_autorange`` (tenfold growing blocks), it
-    costs about ``min_run_time`` even for sub-millisecond calls."""
+    """Time ``fn()`` with ``torch.utils.benchmark.Timer`` (all CPU threads; CUDA synchronised) in
+    about ``min_run_time`` s: a warm-up and a timed call size blocks of >= 20 calls (a call over
+    half of ``min_run_time`` is timed twice and the faster kept: a cold call can overstate it). Read
+    ``.median`` (s per call, median block) or ``.times``; notebook 01 §4."""
     timer = benchmark.Timer(
         stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
         label=label, sub_label=sub_label, description=description,
@@ -44,8 +41,7 @@ def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", desc
 
 
 def fastest_time(fn: Callable[[], Any], *, min_run_time: float = 0.5) -> float:
-    """Seconds per call in the fastest block :func:`time_it` timed (other work can only slow a block
-    down): for ratios between dtypes and sizes."""
+    """Seconds per call in :func:`time_it`'s fastest block (other work only slows a block down)."""
     return min(time_it(fn, min_run_time=min_run_time).times)
 
 
@@ -79,17 +75,14 @@ def saved_activation_bytes_by_dtype(fn: Callable[[], Any],
 
 
 def saved_activation_bytes(fn: Callable[[], Any], exclude: nn.Module | None = None) -> int:
-    """Total bytes autograd saves for backward while ``fn()`` runs (see
-    :func:`saved_activation_bytes_by_dtype`)."""
+    """Total bytes autograd saves for backward while ``fn()`` runs (all dtypes)."""
     return sum(saved_activation_bytes_by_dtype(fn, exclude).values())
 
 
 class CudaMemory(NamedTuple):
-    """What one call did to a CUDA device's memory (:func:`cuda_memory`). *Allocated*: live tensors.
-    *Reserved*: what PyTorch's caching allocator holds from the driver (allocated plus cached free
-    blocks, in whole segments). When a request cannot be served from that cache, the allocator frees
-    its cached blocks and asks the driver again; out of memory is that failing, judged against the
-    device's free memory."""
+    """One call's CUDA memory: *allocated* (live tensors) and *reserved* (what the caching allocator
+    holds from the driver). Out of memory: a request the cache cannot serve fails even after the
+    allocator frees its cached blocks, judged against the device's free memory (01 §4)."""
 
     call_allocated: int  # peak bytes of tensors the call added on top of those allocated before it
     call_reserved: int  # peak bytes the allocator reserved on top of what it held before the call
@@ -111,9 +104,3 @@ def cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda", *,
     torch.cuda.synchronize(device)
     return CudaMemory(torch.cuda.max_memory_allocated(device) - allocated,
                       torch.cuda.max_memory_reserved(device) - reserved)
-
-
-def peak_cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda") -> int:
-    """Peak bytes of CUDA tensors ``fn()`` allocates on top of those allocated before it (raises
-    without CUDA): allocated, not reserved memory (:func:`cuda_memory` gives both)."""
-    return cuda_memory(fn, device, empty_cache=False).call_allocated

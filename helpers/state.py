@@ -1,6 +1,5 @@
-"""Snapshots of a model's (or optimizer's) state and bit-exact comparisons: did this step, load or
-call change anything? Taught in notebook 04 (skipped steps leave weights untouched; exact resume)
-and notebook 06 (what ``.half()`` converts in place)."""
+"""Snapshots of model or optimizer state and bit-exact comparisons: did this step, load or call
+change anything? Notebooks 04 (skipped steps, exact resume) and 06 (what ``.half()`` converts)."""
 from __future__ import annotations
 
 import torch
@@ -28,15 +27,6 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     """Whether two state dicts (from :func:`snapshot`) hold the same names and identical bits."""
     return a.keys() == b.keys() and all(bitwise_equal(a[name], b[name]) for name in a)
-
-
-def max_abs_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest absolute difference between the floating tensors of two state dicts (same names)."""
-    if a.keys() != b.keys():
-        raise ValueError("the two state dicts do not hold the same names")
-    diffs = [(a[k].double() - b[k].double()).abs().max().item()
-             for k in a if a[k].is_floating_point()]
-    return max(diffs, default=0.0)
 
 
 def optimizer_snapshot(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:

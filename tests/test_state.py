@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.state import bitwise_equal, max_abs_difference, optimizer_snapshot, same_state, snapshot
+from helpers.state import bitwise_equal, optimizer_snapshot, same_state, snapshot
 
 
 def test_bitwise_equal_is_stricter_than_equal():
@@ -26,9 +26,7 @@ def test_snapshot_same_state_and_difference():
         layer.weight[0, 0] += 1e-3
     after = snapshot(layer)
     assert not same_state(before, after)
-    assert max_abs_difference(before, after) == pytest.approx(1e-3, rel=1e-3)
-    with pytest.raises(ValueError, match="same names"):
-        max_abs_difference(before, {"weight": after["weight"]})
+    assert not same_state(before, {"weight": after["weight"]})  # a missing name is a difference
 
 
 def test_optimizer_snapshot_sees_adam_steps_but_not_skipped_ones():

@@ -148,9 +148,9 @@ def test_time_it_times_a_slow_call_twice_and_keeps_the_faster():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
-def test_peak_cuda_memory_needs_cuda():
+def test_cuda_memory_needs_cuda():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        helpers.peak_cuda_memory(lambda: None)
+        helpers.measure.cuda_memory(lambda: None)
 
 
 def test_record_ops_sees_autocast_casts_and_promotion():
