@@ -257,9 +257,10 @@ def time_estimate_text(stats: NotebookStats) -> str:
 # The 3-hour workshop route: (notebook prefix, the parts taken, what the instructor does there). A part is a
 # label of section_stats: "intro", a section number, "Summary" or "Exercise NN.k". Minutes come from the notebook.
 WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = [
-    ("00", ("intro", "1", "2", "5", "Exercise 00.4"),
-     "what this machine runs fast (compare the room's machines), three regimes and the roofline, overflow"),
-    ("01", ("intro", "1", "2", "3", "4"), "`.half()` deployment: what converts, the dtype error, accuracy, speed"),
+    ("00", ("intro", "1", "2", "5", "8", "Exercise 00.4"),
+     "what this machine runs fast (compare the room's machines), three regimes and the roofline, "
+     "overflow, sums"),
+    ("01", ("intro", "1", "2", "3"), "`.half()` deployment: what converts, the dtype error, accuracy"),
     ("02", ("2", "5"), "tensors made in `forward`; the `-1e9` mask"),
     ("03", ("The recipe", "1", "3", "5", "7", "Exercise 03.1"),
      "the autocast loop, master weights, op dtypes, islands, a fresh context per forward"),
