@@ -9,7 +9,7 @@ from . import (autocast_rules, bench, debugging, dtype_trace, formats, leaks, me
                peaks, speed, state)
 from .data import CLASSES, make_loader, shapes_dataset
 from .device import (autocast_dtype, check_autocast_dtype, cuda_native_bf16, environment_report,
-                     fast_dtypes, needs_grad_scaler, pick_device, strict_fp32,
+                     fast_dtypes, machine_stamp, needs_grad_scaler, pick_device, strict_fp32,
                      supported_autocast_dtypes, tf32_flags)
 from .exercises import check
 from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacing

@@ -261,3 +261,29 @@ def environment_report(device: str | torch.device | None = None) -> dict[str, st
         report["gpu"] = torch.cuda.get_device_name(device)
         report["compute capability"] = "%d.%d" % torch.cuda.get_device_capability(device)
     return report
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, else ``platform.processor()``), e.g. "AMD EPYC"."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine() or "unknown CPU"
+
+
+SIXTEEN_BIT_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
+
+
+def machine_stamp(device: str | torch.device | None = None) -> str:
+    """One line naming the machine a notebook's outputs come from (each notebook's first cell)."""
+    device = pick_device(device)
+    if device.type == "cuda":
+        where = "%s (sm_%d%d)" % (torch.cuda.get_device_name(device),
+                                  *torch.cuda.get_device_capability(device))
+    else:
+        flags = [f for f in SIXTEEN_BIT_FLAGS if f in cpu_flags()]
+        where = (f"{cpu_model()} ({', '.join(flags) or 'no 16-bit CPU flags'}, "
+                 f"{torch.backends.cpu.get_cpu_capability()} kernels)")
+        where = f"Apple GPU (mps) on {where}" if device.type == "mps" else where
+    return (f"Outputs made on: {where}, {torch.get_num_threads()} threads, torch "
+            f"{torch.__version__}")

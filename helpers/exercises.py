@@ -1,11 +1,18 @@
 """Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution computed by
-the functions of ``helpers/solutions/nbNN.py`` (never typed in); ``TOLERANCES`` for rounded ones."""
+the functions of ``helpers/solutions/nbNN.py`` (never typed in); ``TOLERANCES`` for rounded ones.
+
+A fix-the-code exercise's solution is a *judge*: an object whose ``why_not(answer)`` runs the
+learner's repaired code on inputs where the bug bites and returns ``None`` when every condition
+holds, else one line naming the first condition that failed (never the answer)."""
 from __future__ import annotations
 
 import importlib
 import math
 from types import ModuleType
 from typing import Any
+
+import torch
+
 
 def _solutions_module(key: str) -> ModuleType:
     notebook = key.split(".")[0]
@@ -28,31 +35,53 @@ def tolerance(key: str) -> float:
     return getattr(_solutions_module(key), "TOLERANCES", {}).get(key, 1e-6)
 
 
-def _matches(answer: Any, expected: Any, rel_tol: float) -> bool:
-    if isinstance(expected, bool) or isinstance(answer, bool):
-        return answer is expected  # 0 is not False: a yes/no question wants True or False
-    if isinstance(expected, int) and isinstance(answer, (int, float)):
-        return answer == expected  # a count or a number of bytes is exact: no tolerance
-    if isinstance(expected, (int, float)) and isinstance(answer, (int, float)):
-        if math.isnan(expected):
-            return math.isnan(answer)
-        return math.isclose(answer, expected, rel_tol=rel_tol, abs_tol=0.0)
-    if isinstance(expected, str) and isinstance(answer, str):
-        return answer.strip().lower() == expected.strip().lower()
-    return answer == expected
+def plain(answer: Any) -> Any:
+    """A one-element tensor as the Python number (or bool) it holds, as ``.item()`` gives it."""
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and not answer.is_meta:
+        return answer.item()
+    return answer
+
+
+def _mismatch(answer: Any, expected: Any, rel_tol: float) -> str | None:
+    """None if ``answer`` matches the computed ``expected``, else what is wrong, in one line."""
+    if hasattr(expected, "why_not"):  # a judge: runs the learner's code
+        return expected.why_not(answer)
+    number = isinstance(answer, (int, float)) and not isinstance(answer, bool)
+    if isinstance(expected, bool):  # 0 is not False: a yes/no question wants True or False
+        if not isinstance(answer, bool):
+            return f"the answer should be True or False, not {type(answer).__name__}"
+        ok = answer is expected
+    elif isinstance(expected, (int, float)):
+        if not number:
+            return f"the answer should be a number, not {type(answer).__name__}"
+        ok = (answer == expected if isinstance(expected, int)  # counts, bytes: exact
+              else math.isnan(answer) if math.isnan(expected)
+              else math.isclose(answer, expected, rel_tol=rel_tol, abs_tol=0.0))
+    elif isinstance(expected, str) and isinstance(answer, str):
+        ok = answer.strip().lower() == expected.strip().lower()
+    else:
+        ok = answer == expected
+    return None if ok else "that is not the value this exercise computes (the hint may help)"
+
+
+def feedback(key: str, answer: Any, rel_tol: float | None = None) -> str | None:
+    """None if ``answer`` solves exercise ``key``, else one line saying what is still wrong."""
+    return _mismatch(plain(answer), solution(key), tolerance(key) if rel_tol is None else rel_tol)
 
 
 def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
     """True/False, or None if not answered yet: integer answers (counts, bytes) exact, yes/no ones
-    booleans, other numbers within ``rel_tol`` (default: :func:`tolerance`)."""
-    if answer is None:
-        return None
-    return _matches(answer, solution(key), tolerance(key) if rel_tol is None else rel_tol)
+    booleans, other numbers within ``rel_tol`` (default: :func:`tolerance`); a one-element tensor
+    counts as its number."""
+    return None if answer is None else feedback(key, answer, rel_tol) is None
 
 
 def check(key: str, answer: Any, rel_tol: float | None = None) -> None:
-    """Print whether ``answer`` solves exercise ``key`` (see :func:`grade`); returns nothing, so a
-    notebook cell shows only the verdict."""
-    verdict = {None: "not answered yet. Replace None with your answer and run this cell again.",
-               True: "correct!", False: "not yet: try again (the hint may help)."}
-    print(f"Exercise {key}: {verdict[grade(key, answer, rel_tol)]}")
+    """Print whether ``answer`` solves exercise ``key`` and, if not, the first condition that failed
+    (see :func:`feedback`); returns nothing, so a notebook cell shows only the verdict."""
+    if answer is None:
+        print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell "
+              "again.")
+        return
+    reason = feedback(key, answer, rel_tol)
+    print(f"Exercise {key}: " + ("correct!" if reason is None else f"not yet: {reason}."))
