@@ -99,7 +99,7 @@ class IslandJudge:
                 "(no 1/sqrt(d)); only the dtype of the scores changes"
         if made is not None:
             return f"in float16 `{made.name}` still makes {made.kind} from finite inputs (a " \
-                "clamp or nan_to_num would only hide it): the island must compute the scores in float32"
+                "clamp or nan_to_num would only hide it): compute the scores in float32"
         for names, what in ((("matmul", "bmm", "mm"), "the scores' product"),
                             (("softmax", "_softmax"), "softmax")):
             if not any(op.name in names and op.output_dtypes == (torch.float32,) for op in ops):
