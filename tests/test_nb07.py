@@ -157,6 +157,11 @@ class NoCastBack(solutions.Attention):  # float32 weights meet float16 values: a
         return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ self.value(x)
 
 
+class NoWidth(nn.Module):  # a module that does not take the width: feedback, not an exception
+    def __init__(self):
+        super().__init__()
+
+
 class WrittenDifferently(solutions.Attention):  # a right island in other words
     def forward(self, x):
         scores = torch.matmul(self.query(x).to(torch.float32), self.key(x).to(torch.float32).mT)
@@ -167,10 +172,12 @@ def test_exercise_07_1_judges_the_repaired_class_and_names_what_fails():
     assert solutions.agreement(solutions.IslandAttention) == 8  # the fix agrees on every reading
     for hiding in (Clamped, NanToNum, Rescaled):  # so do two symptom-hiders and the rescaling
         assert solutions.agreement(hiding) == 8 == solutions.agreement(hiding, seed=1)
-    expected = {8: "class itself", solutions.Attention: "`matmul` still makes inf",
+    expected = {8: "class itself", solutions.IslandAttention(128): "not an instance",
+                solutions.Attention: "`matmul` still makes inf",
                 Clamped: "clamp or nan_to_num", NanToNum: "clamp or nan_to_num",
                 CastTooLate: "still makes inf", Rescaled: "no 1/sqrt(d)",
-                HalfSoftmax: "still makes inf", NoCastBack: "raised RuntimeError"}
+                HalfSoftmax: "still makes inf", NoCastBack: "raised RuntimeError",
+                NoWidth: "raised TypeError"}
     for answer, words in expected.items():
         reason = exercises.feedback("07.1", answer)
         assert reason is not None and words in reason and "\n" not in reason, (answer, reason)

@@ -135,6 +135,7 @@ WRONG_MASKS = {  # answer -> words of the failed condition the check names
     "float32's min in float16": (
         lambda s, a: s.masked_fill(~a[:, None], torch.finfo(torch.float32).min).softmax(-1), "raised"),
     "a number": (3.0, "function attention_weights itself"),
+    "the wrong signature": (lambda s: s.softmax(-1), "raised TypeError"),
 }
 
 

@@ -83,16 +83,16 @@ class IslandJudge:
 
     def why_not(self, answer: object) -> str | None:
         if not (isinstance(answer, type) and issubclass(answer, nn.Module)):
-            return "answer_1 should be your repaired attention class itself, not a number"
+            return "answer_1 should be your repaired attention class itself (not an instance)"
         readings, inputs, _ = data(seed=1)
-        reference, model = _models(answer)
         try:
+            reference, model = _models(answer)
             with torch.inference_mode():
                 same_math = torch.allclose(model(inputs), reference(inputs), rtol=1e-4, atol=1e-5)
                 model.half()
                 (_, made), (_, ops) = (find(lambda: model(readings.half()))
                                        for find in (first_nonfinite_op, record_ops))
-        except RuntimeError as error:
+        except Exception as error:  # noqa: BLE001 - any error of the learner's class is feedback
             return f"the model raised {type(error).__name__}: {str(error).splitlines()[0]}"
         if not same_math:
             return "in float32 the class computes something else than Attention: keep the math " \
