@@ -209,6 +209,15 @@ def test_the_take_home_recipe_runs_with_either_16_bit_dtype(amp_dtype, monkeypat
     assert not namespace["net"].training and str(amp_dtype)[6:] in capsys.readouterr().out
 
 
+def test_the_checks_leave_the_learners_random_state_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    for key, answer in (("07.1", solutions.IslandAttention), ("07.2", 3), ("08.1", 0.3),
+                        ("08.2", 1), ("08.3", lambda s, a: s.softmax(-1))):
+        exercises.feedback(key, answer)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_solution_07_2_is_the_boundary_of_overflow():
     k = exercises.solution("07.2")
     assert k < 24

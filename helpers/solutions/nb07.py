@@ -59,20 +59,18 @@ def agreement(attention: type, seed: int = 0) -> int:
     """How many of the 8 predictions of the float16 model equal the float32 model's, on the raw
     readings."""
     readings, _, _ = data(seed)
-    torch.manual_seed(0)
-    model = SensorModel(attention=attention).eval()
+    model = seeded_model(attention)
     with torch.inference_mode():
         predictions32 = model(readings).argmax(dim=1)
         predictions16 = model.half()(readings.half()).argmax(dim=1)
     return int((predictions16 == predictions32).sum())
 
 
-def _models(answer: type) -> list[nn.Module]:
-    models = []
-    for attention in (Attention, answer):
-        torch.manual_seed(0)  # section 2's weights
-        models.append(SensorModel(attention=attention).eval())
-    return models
+def seeded_model(attention: type = Attention) -> nn.Module:
+    """Section 2's model (seed 0) with ``attention``; the caller's random state is left alone."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return SensorModel(attention=attention).eval()
 
 
 class IslandJudge:
@@ -86,7 +84,7 @@ class IslandJudge:
             return "answer_1 should be your repaired attention class itself (not an instance)"
         readings, inputs, _ = data(seed=1)
         try:
-            reference, model = _models(answer)
+            reference, model = seeded_model(), seeded_model(answer)
             with torch.inference_mode():
                 same_math = torch.allclose(model(inputs), reference(inputs), rtol=1e-4, atol=1e-5)
                 model.half()
@@ -117,8 +115,7 @@ def largest_finite_scale_exponent(batch: int = 64, start: int = 24) -> int:
     generator = torch.Generator().manual_seed(1)
     inputs = torch.rand(batch, 32, 16, generator=generator)
     labels = torch.randint(0, 4, (batch,), generator=generator)
-    torch.manual_seed(0)
-    model = SensorModel()
+    model = seeded_model()
     for k in range(start, -1, -1):
         model.zero_grad()
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**k)

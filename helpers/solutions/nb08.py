@@ -11,7 +11,8 @@ from ..debugging import first_nonfinite_op
 def exercise_08_1_logits() -> tuple[torch.Tensor, torch.Tensor]:
     """08.1's setup: the checkpoint's bfloat16 logits on a seeded validation batch, and the next
     bytes."""
-    model = lab.load_gpt().bfloat16()
+    with torch.random.fork_rng(devices=[]):  # GPT() draws initial weights: not from the learner's
+        model = lab.load_gpt().bfloat16()
     inputs, next_bytes = lab.batch(lab.token_splits()[1], 16, 64, torch.Generator().manual_seed(3))
     with torch.no_grad():
         logits, _ = model(inputs)
@@ -25,7 +26,8 @@ def _loss_from_upcast_bf16_logits() -> float:
 
 def _kv_cache_bytes_of_a_small_bf16_model() -> int:
     """08.2: measured on the real cache, not from the formula."""
-    model = lab.GPT(width=64, layers=3, heads=2, context=128).bfloat16()
+    with torch.random.fork_rng(devices=[]):
+        model = lab.GPT(width=64, layers=3, heads=2, context=128).bfloat16()
     with torch.inference_mode():
         _, cache = model(torch.zeros(4, 100, dtype=torch.long))
     return lab.cache_bytes(cache)
