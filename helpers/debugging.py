@@ -10,23 +10,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 
-def _floats(values: Any) -> list[torch.Tensor]:
+def _floats(values: Any) -> list[torch.Tensor]:  # the floating tensors, nested containers too
     return [v for v in tree_leaves(values) if isinstance(v, torch.Tensor) and v.is_floating_point()]
 
 
 def all_finite(values: Any) -> bool:
-    """True when every floating tensor in ``values`` (nested containers too) is finite."""
     return all(bool(torch.isfinite(t).all()) for t in _floats(values))
 
 
 def nonfinite_kind(values: Any) -> str:
-    """'nan', 'inf' or 'finite': the worst kind among the floating tensors in ``values``."""
+    """'nan', 'inf' or 'finite': the worst kind in ``values``."""
     tensors = _floats(values)
-    if any(bool(t.isnan().any()) for t in tensors):
-        return "nan"
-    if any(bool(t.isinf().any()) for t in tensors):
-        return "inf"
-    return "finite"
+    return "nan" if any(bool(t.isnan().any()) for t in tensors) else \
+        "inf" if any(bool(t.isinf().any()) for t in tensors) else "finite"
 
 
 @dataclass(frozen=True)

@@ -203,10 +203,10 @@ def cpu_flags() -> set[str]:
 
 
 def tensor_cores(device: str | torch.device = "cuda") -> bool:
-    """Tensor cores: sm_70 on, but not TU116/TU117 (GTX 16xx, MX450/550, T400/600/1000); 07 §1."""
-    name = torch.cuda.get_device_name(device)  # sm_75 without tensor cores: datasheet
+    """sm_70 on, but not TU116/TU117 (GTX 16xx, MX450/550, T400-T2000: datasheet); 07 §1."""
+    name = torch.cuda.get_device_name(device)
     return torch.cuda.get_device_capability(device)[0] >= 7 and not re.search(
-        r"GTX 16|MX[45]50|\bT(400|600|1000)\b", name)
+        r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b", name)
 
 
 def fast_dtypes(device: str | torch.device) -> dict[str, str]:

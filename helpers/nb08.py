@@ -1,10 +1,5 @@
-"""Notebook 08's scaffolding: a small GPT-style decoder with a KV cache, its corpus and batches.
-
-The model is byte-level (vocabulary 256), pre-norm (LayerNorm), with
-``scaled_dot_product_attention``, GELU and a head tied to the token embedding. The corpus is
-generated from a seed (the same text on every Python and torch release, nothing downloaded). The
-trained checkpoint ``data/reference_gpt.pt`` is made by ``python -m tools.reference --gpt``.
-"""
+"""Notebook 08's scaffolding: a small byte-level GPT with a KV cache, its seeded corpus (nothing
+downloaded) and batches; the checkpoint ``data/reference_gpt.pt`` comes from :data:`REGENERATE`."""
 from __future__ import annotations
 
 import random
@@ -33,10 +28,7 @@ _ENDINGS = (" in float32.", " on the GPU.", " at batch one.", " before the step.
 
 
 def corpus_text(n_sentences: int = 6000, seed: int = 0) -> str:
-    """A text generated from ``seed``: short ASCII sentences about mixed precision.
-
-    ``random.Random(seed).choice`` repeats its sequence on every Python 3 release, so the text
-    (and every number computed from it) is the same everywhere."""
+    """Short ASCII sentences from ``seed`` (``random.Random.choice`` repeats on every Python 3)."""
     rng = random.Random(seed)
     sentences = []
     for _ in range(n_sentences):
@@ -85,8 +77,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """``x`` (batch, T, width); with a ``cache`` of earlier keys and values, T must be 1 (one
-        decoding step). Returns the output and this layer's keys and values, new ones included."""
+        """``x`` (batch, T, width); T must be 1 with a ``cache``. Returns x and the keys/values."""
         b, t, c = x.shape
         qkv = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
@@ -101,9 +92,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A small GPT-style decoder: token and position embeddings, ``layers`` blocks, a final
-    LayerNorm and a head tied to the token embedding. ``forward(ids, cache)`` returns the logits and
-    the new KV cache."""
+    """Embeddings, ``layers`` blocks, a LayerNorm, a tied head: (ids, cache) -> logits, cache."""
 
     def __init__(self, vocab: int = 256, width: int = 128, layers: int = 2, heads: int = 4,
                  mlp: int = 3, context: int = 64):
@@ -177,9 +166,8 @@ def cache_bytes(cache: Cache) -> int:
 
 def trace_table(columns: dict[str, dict[str, str]], rows: dict[str, str],
                 heads: tuple[str, str] = ("ATen op", "in the model")) -> str:
-    """Side by side, what each key of ``rows`` (key -> its role in the model) maps to in each
-    column of ``columns`` (name -> e.g. a :func:`helpers.autocast_rules.op_dtypes` result); rows
-    absent from every column are left out."""
+    """``rows`` (key -> role) against each of ``columns`` (name -> key -> text); absent rows left
+    out."""
     shown = {key: role for key, role in rows.items()
              if any(key in column for column in columns.values())}
     w0 = max(len(text) for text in (heads[0], *shown)) + 2

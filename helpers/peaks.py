@@ -1,6 +1,5 @@
-"""Datasheet peaks of NVIDIA GPUs (``data/gpu_peaks.json``: dense TFLOP/s from NVIDIA's documents,
-each GPU with its source; ``None``: no tensor cores for that format), a measured figure as a
-fraction of its peak, and the ridge point, peak / bandwidth. Taught in 01 §4, used in 06 §7-8."""
+"""Datasheet peaks of NVIDIA GPUs (``data/gpu_peaks.json``, dense TFLOP/s with sources; ``None``: no
+tensor cores for a format), fractions of peak and ridge points. 01 §4, 06 §7-8, 08 §5."""
 from __future__ import annotations
 
 import functools
@@ -14,9 +13,7 @@ FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
             "tensorfloat32": "tf32"}
 
-#: What a well-shaped large GEMM reaches of the dense 16-bit peak on a datacenter GPU: about 0.8.
-GOOD_GEMM_FRACTION = 0.8
-#: The measurement behind :data:`GOOD_GEMM_FRACTION`.
+GOOD_GEMM_FRACTION = 0.8  # of the dense 16-bit peak, a well-shaped large GEMM (source below)
 GOOD_GEMM_SOURCE = (
     "S. Bekman, Machine Learning Engineering Open Book, 'Maximum Achievable Matmul FLOPS "
     "comparison table' (https://github.com/stas00/ml-engineering/tree/master/compute/accelerator), "
@@ -54,16 +51,14 @@ def load_peaks(path: str | Path = PEAKS_FILE) -> dict[str, GpuPeak]:
 
 
 def peak_for(device_name: str, path: str | Path = PEAKS_FILE) -> GpuPeak | None:
-    """The entry for a ``torch.cuda.get_device_name()`` string ("NVIDIA H100 80GB HBM3"), or None.
-    """
+    """The entry for a ``torch.cuda.get_device_name()`` ("NVIDIA H100 80GB HBM3"), or None."""
     matching = (g for g in _load(str(path)) if any(re.search(p, device_name) for p in g.match))
     return next(matching, None)
 
 
 def peak_tflops(device_name: str, dtype: str) -> float | None:
-    """The dense datasheet peak of ``dtype`` (fp32, tf32, fp16, bf16, fp8, float32, bfloat16,
-    torch.float16...) on ``device_name``; None for an unknown GPU or a format without tensor cores
-    there."""
+    """Dense datasheet peak of ``dtype`` (fp32...fp8, float32, torch.bfloat16...) on a GPU; None
+    for an unknown GPU or a format without tensor cores there."""
     key = str(dtype).removeprefix("torch.").lower()
     key = _ALIASES.get(key, key)
     if key not in FORMATS:
@@ -80,7 +75,7 @@ def fraction_of_peak(tflops: float | None, device_name: str, dtype: str) -> floa
 
 
 def ridge_flop_per_byte(device_name: str, dtype: str) -> float | None:
-    """Datasheet ridge point, peak FLOP/s over memory bandwidth (H100 bf16: 295): below it a kernel
-    waits for memory, above it it can keep the units busy; None where unknown. 01 §4, 06 §7."""
+    """Datasheet ridge, peak FLOP/s over bandwidth: below it a kernel waits for memory. The H200 has
+    the H100's peak with more bandwidth, so a lower ridge (08 §5); None where unknown."""
     gpu, peak = peak_for(device_name), peak_tflops(device_name, dtype)
     return None if gpu is None or peak is None else peak / gpu.bandwidth_tb_s

@@ -4,31 +4,53 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
+from torch import nn
 
+import helpers
 from helpers import exercises, nb07 as guide
-from helpers.speed import DtypeSpeed
 from helpers.solutions import nb07 as solutions
 
 
-def _profile(bf16_matmul: float) -> dict[str, DtypeSpeed]:
-    return {"float32": DtypeSpeed("float32", 1.0, 1.0, ""),
-            "bfloat16": DtypeSpeed("bfloat16", bf16_matmul, 1.7, ""),
-            "float16": DtypeSpeed("float16", 0.01, 1.6, "")}
+def _profile(bf16_matmul: float) -> dict[str, SimpleNamespace]:
+    """A stand-in profile: only what hardware_class reads (the bf16 matmul ratio's verdict)."""
+    return {"bfloat16": SimpleNamespace(matmul_speedup=bf16_matmul,
+                                        compute_is_fast=bf16_matmul >= 0.9)}
 
 
 def test_hardware_class_comes_from_measurement_on_cpu_and_capability_on_cuda(monkeypatch):
+    monkeypatch.setattr(guide.platform, "machine", lambda: "x86_64")
     assert guide.hardware_class("cpu", _profile(2.5)) == "cpu-bf16"
     assert guide.hardware_class("cpu", _profile(0.01)) == "cpu-avx2"
+    for arm in ("arm64", "aarch64"):  # Apple M-series, Graviton: their own row, measured speed aside
+        monkeypatch.setattr(guide.platform, "machine", lambda arm=arm: arm)
+        assert guide.hardware_class("cpu", _profile(2.5)) == "cpu-arm"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA test GPU")
-    for capability, expected in (((6, 1), "cuda-fp32"), ((7, 0), "cuda-fp16"), ((7, 5), "cuda-fp16"), ((8, 0), "cuda-bf16"),
-                                 ((8, 9), "cuda-bf16"), ((9, 0), "cuda-bf16")):
+    for capability, expected in (((6, 1), "cuda-fp32"), ((7, 0), "cuda-fp16"), ((7, 5), "cuda-fp16"),
+                                 ((8, 0), "cuda-bf16"), ((8, 9), "cuda-bf16"), ((9, 0), "cuda-bf16")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
         assert guide.hardware_class("cuda") == expected
     assert guide.hardware_class("mps") == "mps"
+
+
+@pytest.mark.parametrize("name, cores", [
+    ("NVIDIA GeForce GTX 1650", False), ("NVIDIA GeForce GTX 1660 Ti", False), ("NVIDIA T400 4GB", False),
+    ("NVIDIA T500", False), ("NVIDIA T550 Laptop GPU", False), ("NVIDIA T600 Laptop GPU", False),
+    ("NVIDIA T1000 8GB", False), ("Quadro T1000", False), ("NVIDIA Quadro T1200 Laptop GPU", False),
+    ("Quadro T2000 with Max-Q Design", False), ("NVIDIA GeForce MX450", False),
+    ("Tesla T4", True), ("Quadro RTX 4000", True), ("NVIDIA GeForce RTX 2060", True),
+    ("NVIDIA RTX A2000", True), ("NVIDIA TITAN RTX", True)])
+def test_tensor_cores_leaves_out_every_tu116_and_tu117_part(monkeypatch, name, cores):
+    """sm_75 parts without tensor cores (TU116/TU117: GTX 16xx, MX450/550, T400-T2000, datasheets)."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    capability = (8, 6) if "A2000" in name else (7, 5)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert helpers.device.tensor_cores() is cores
 
 
 def guide_rows() -> dict[str, list[str]]:
@@ -52,6 +74,20 @@ def test_the_guide_has_a_row_for_every_class_each_backed_and_split_by_workload_s
     assert "Sapphire Rapids" in rows["cpu-bf16"][0] and "Cooper Lake" in rows["cpu-bf16"][0]
     assert "GradScaler where fp16 measures faster" in rows["cuda-fp32"][2]  # P100 / GTX 16xx
     assert "MX450" in rows["cuda-fp32"][0] and "not measured here" in rows["mps"][0]
+    for row in ("cpu-avx2", "cpu-bf16", "cpu-arm"):  # half the bytes bound the gain, not promise it
+        assert "up to 2x where the 16-bit kernel streams at memory speed" in rows[row][1], row
+    arm = rows["cpu-arm"]
+    assert all(word in arm[0] for word in ("Apple M", "M2", "Graviton3", "datasheet", "inferred"))
+    assert all("measure" in cell for cell in arm[1:4])
+
+
+def test_notebooks_07_and_08_promise_no_speed_everywhere():
+    for name in ("notebooks/07_choosing_and_troubleshooting.ipynb",
+                 "notebooks/08_transformers_in_mixed_precision.ipynb", "helpers/nb07.py"):
+        text = (ROOT / name).read_text()
+        if name.endswith(".ipynb"):
+            text = "\n\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        assert not re.search(r"everywhere|anywhere|on every (machine|CPU)", text, re.I), name
 
 
 OVERCLAIMS = r"any hardware|tie or win everywhere|still gain|on every machine|win (anyway|everywhere)"
@@ -99,13 +135,87 @@ class CastTooLate(solutions.Attention):  # float32 after the float16 product: th
         return torch.softmax(scores, dim=-1).to(x.dtype) @ self.value(x)
 
 
-def test_exercise_07_1_judges_the_repaired_class_not_a_typed_number():
-    grade = exercises.grade
+class Clamped(solutions.Attention):  # hides the overflow: the cell prints "agree: 8"
+    def forward(self, x):
+        return torch.softmax(self.scores(x).clamp(-6e4, 6e4), dim=-1) @ self.value(x)
+
+
+class NanToNum(solutions.Attention):  # hides the NaN: the cell prints "agree: 8" too
+    def forward(self, x):
+        return torch.softmax(self.scores(x), dim=-1).nan_to_num() @ self.value(x)
+
+
+class HalfSoftmax(solutions.Attention):  # the product in float32, the softmax back in float16
+    def forward(self, x):
+        scores = self.query(x).float() @ self.key(x).float().transpose(-2, -1)
+        return torch.softmax(scores.to(x.dtype), dim=-1) @ self.value(x)
+
+
+class NoCastBack(solutions.Attention):  # float32 weights meet float16 values: an error
+    def forward(self, x):
+        q, k = self.query(x).float(), self.key(x).float()
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ self.value(x)
+
+
+class NoWidth(nn.Module):  # a module that does not take the width: feedback, not an exception
+    def __init__(self):
+        super().__init__()
+
+
+class WrittenDifferently(solutions.Attention):  # a right island in other words
+    def forward(self, x):
+        scores = torch.matmul(self.query(x).to(torch.float32), self.key(x).to(torch.float32).mT)
+        return scores.softmax(dim=-1).type_as(x) @ self.value(x)
+
+
+def test_exercise_07_1_judges_the_repaired_class_and_names_what_fails():
     assert solutions.agreement(solutions.IslandAttention) == 8  # the fix agrees on every reading
-    assert solutions.agreement(Rescaled) == 8  # ... and so does the forbidden rescaling: hence
-    wrong = [8, solutions.Attention, Rescaled, CastTooLate]  # the check looks at the class
-    assert [grade("07.1", answer) for answer in wrong] == [False] * len(wrong)
-    assert grade("07.1", solutions.IslandAttention) is True
+    for hiding in (Clamped, NanToNum, Rescaled):  # so do two symptom-hiders and the rescaling
+        assert solutions.agreement(hiding) == 8 == solutions.agreement(hiding, seed=1)
+    expected = {8: "class itself", solutions.IslandAttention(128): "not an instance",
+                solutions.Attention: "`matmul` still makes inf",
+                Clamped: "clamp or nan_to_num", NanToNum: "clamp or nan_to_num",
+                CastTooLate: "still makes inf", Rescaled: "no 1/sqrt(d)",
+                HalfSoftmax: "still makes inf", NoCastBack: "raised RuntimeError",
+                NoWidth: "raised TypeError"}
+    for answer, words in expected.items():
+        reason = exercises.feedback("07.1", answer)
+        assert reason is not None and words in reason and "\n" not in reason, (answer, reason)
+        assert "float16" not in reason.split(":")[0] or "still" in reason  # names a condition
+    for right in (solutions.IslandAttention, WrittenDifferently):
+        assert exercises.feedback("07.1", right) is None
+        assert exercises.grade("07.1", right) is True
+
+
+def _recipe_cell() -> str:
+    from tools.course_stats import notebook_path
+
+    cells = json.loads(Path(notebook_path("07")).read_text())["cells"]
+    return next("".join(c["source"]) for c in cells
+                if c["cell_type"] == "code" and "scaler.state_dict()" in "".join(c["source"]))
+
+
+@pytest.mark.parametrize("amp_dtype", [torch.bfloat16, torch.float16])
+def test_the_take_home_recipe_runs_with_either_16_bit_dtype(amp_dtype, monkeypatch, capsys):
+    """The recipe cell of notebook 07, as a learner copies it: with bf16 the scaler is off (no
+    state), with fp16 on (its scale and growth counter in the checkpoint)."""
+    monkeypatch.setattr(helpers, "autocast_dtype", lambda device=None: amp_dtype)
+    namespace = {"torch": torch, "F": torch.nn.functional, "nn": nn, "helpers": helpers,
+                 "device": torch.device("cpu")}
+    exec(_recipe_cell(), namespace)
+    scaler_state = namespace["checkpoint"]["scaler"]
+    assert namespace["scaler"].is_enabled() is (amp_dtype == torch.float16)
+    assert (scaler_state["_growth_tracker"] > 0) if amp_dtype == torch.float16 else scaler_state == {}
+    assert not namespace["net"].training and str(amp_dtype)[6:] in capsys.readouterr().out
+
+
+def test_the_checks_leave_the_learners_random_state_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    for key, answer in (("07.1", solutions.IslandAttention), ("07.2", 3), ("08.1", 0.3),
+                        ("08.2", 1), ("08.3", lambda s, a: s.softmax(-1))):
+        exercises.feedback(key, answer)
+    assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_solution_07_2_is_the_boundary_of_overflow():

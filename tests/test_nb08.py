@@ -120,20 +120,47 @@ def test_08_2_is_the_measured_cache_and_rejects_the_usual_slips():
         assert not helpers.exercises.grade("08.2", wrong)
 
 
-def test_08_3_fills_the_scores_instead_of_adding_a_mask():
-    fp16_min = torch.finfo(torch.float16).min
-    minus_1e9 = lambda s, a: s + ((~a).float() * -1e9).half()  # the unfixed line: -inf
-    minus_inf = lambda s, a: s.masked_fill(~a, float("-inf"))
-    added_min = lambda s, a: s + torch.zeros_like(s).masked_fill(~a, fp16_min)
-    assert math.isfinite(solution("08.3"))
-    for wrong in (minus_1e9, minus_inf):
-        assert math.isnan(solutions.two_attention_layers(wrong))
-        assert not helpers.exercises.grade("08.3", solutions.two_attention_layers(wrong))
-    # scores shifted down by 100 (softmax does not change): finfo.min + score is -inf, NaN again;
-    # filled scores stay finite
-    low = lambda mask_scores: (lambda s, a: mask_scores(s - 100, a))
-    assert math.isfinite(solutions.two_attention_layers(added_min))  # fine while scores are > -16
-    assert math.isnan(solutions.two_attention_layers(low(added_min)))
-    assert math.isfinite(solutions.two_attention_layers(low(solutions.fill_the_scores)))
-    finite = lambda s, a: s.masked_fill(~a, -1e4)
-    assert helpers.exercises.grade("08.3", solutions.two_attention_layers(finite))  # any finite one
+FP16_MIN = torch.finfo(torch.float16).min
+WRONG_MASKS = {  # answer -> words of the failed condition the check names
+    "unfixed: -1e9 added": (lambda s, a: (s + ((~a).float() * -1e9).half()[:, None]).softmax(-1),
+                            "made inf"),
+    "-inf fill": (lambda s, a: s.masked_fill(~a[:, None], float("-inf")).softmax(-1), "made inf"),
+    "finfo.min added": (lambda s, a: (s + torch.zeros_like(s).masked_fill(~a[:, None], FP16_MIN))
+                        .softmax(-1), "`add` made inf"),
+    "nan_to_num on the softmax output": (
+        lambda s, a: (s + ((~a).float() * -1e9).half()[:, None]).softmax(-1).nan_to_num(), "made inf"),
+    "no mask": (lambda s, a: s.softmax(-1), "disallowed key"),
+    "the scores rescaled": (lambda s, a: (s / 2).masked_fill(~a[:, None], FP16_MIN).softmax(-1),
+                            "not a softmax of their scores"),
+    "float32's min in float16": (
+        lambda s, a: s.masked_fill(~a[:, None], torch.finfo(torch.float32).min).softmax(-1), "raised"),
+    "a number": (3.0, "function attention_weights itself"),
+    "the wrong signature": (lambda s: s.softmax(-1), "raised TypeError"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_MASKS)
+def test_08_3_names_what_is_wrong_with_each_unsafe_mask(name):
+    answer, words = WRONG_MASKS[name]
+    reason = helpers.exercises.feedback("08.3", answer)
+    assert reason is not None and words in reason and "\n" not in reason, reason
+
+
+def test_08_3_accepts_every_safe_fill_and_the_notebook_cell_shows_the_nan():
+    right = [solutions.attention_weights,
+             lambda s, a: s.masked_fill(~a[:, None], -1e4).softmax(-1),  # any finite fill
+             lambda s, a: torch.where(a.unsqueeze(1), s, torch.tensor(FP16_MIN).half()).softmax(dim=-1),
+             lambda s, a: (s.float() + (~a[:, None]).float() * -1e9).softmax(-1).half()]  # an island
+    assert [helpers.exercises.feedback("08.3", answer) for answer in right] == [None] * len(right)
+    pad, allowed, hidden = solutions.exercise_08_3_inputs()
+    added, fixed = (WRONG_MASKS["unfixed: -1e9 added"][0], solutions.attention_weights)
+    outputs = []
+    for mask in (added, fixed):  # the notebook's two layers: NaN at real tokens, then none
+        h = hidden
+        for _ in range(2):
+            h = mask(h @ h.transpose(-2, -1) * h.shape[-1] ** -0.5, allowed) @ h
+        outputs.append(h.squeeze(1)[pad].isnan().any().item())
+    assert outputs == [True, False]
+    # the notebook's own scores never fall to -16: there an added finfo.min would still look fine
+    scores = hidden @ hidden.transpose(-2, -1) * hidden.shape[-1] ** -0.5
+    assert scores.min() > -16
