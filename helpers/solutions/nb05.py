@@ -16,6 +16,7 @@ from ..model import ShapesCNN
 from ..nb05 import DtypeProbe, SharedLog, replay_data_parallel, run_in_thread
 
 MATMULS = ("mm", "addmm", "bmm", "matmul", "linear")  # the ops whose dtype autocast decides
+HALVES = (torch.float16, torch.bfloat16)
 
 
 def _batch() -> torch.Tensor:
@@ -108,7 +109,6 @@ class FollowsItsDtype:
     either 16-bit dtype outside, under both worker versions; the weights stay float32, and forward
     leaves the calling thread's autocast dtype alone."""
 
-    HALVES = (torch.float16, torch.bfloat16)
     CASES = [(built, outside, worker) for worker in ("1.7+", "1.6") for outside in HALVES
              for built in HALVES]
 
