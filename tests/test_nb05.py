@@ -610,7 +610,11 @@ def test_fsdp_policy_dtypes_on_one_rank(single_rank_group):
     record = ddp_train.run_fsdp(data, torch.bfloat16, torch.float32)
     assert record["sharded"] == "DTensor float32 [64, 64] of [64, 64]"  # one rank holds everything
     assert record["unsharded"] == "Parameter bfloat16 [64, 64]" and record["grad_before"] == "bfloat16"
-    assert record["grad_after"] == "DTensor float32 [64, 64]" and record["logits"] == "bfloat16"
+    assert record["grad_after"] == "DTensor float32 [64, 64]"
+    assert record["input"] == record["activation"] == "bfloat16"  # cast_forward_inputs; the layers compute in bf16
+    assert record["logits"] == "float32"  # the root's output_dtype
+    # after forward, the root's own parameters (LayerNorm's) stay gathered for backward; the Linears' are resharded
+    assert record["after_forward"] == {"root": "Parameter bfloat16 [64]", "middle": "DTensor float32 [64, 64]"}
     assert record["optimizer_state"] == "DTensor float32 [64, 64]"
     assert [64, 64] in [s[1] for s in record["saved"] if s[2] == 0]  # the gathered weight, freed
     reducing_in_bf16 = ddp_train.run_fsdp(data, torch.bfloat16, torch.bfloat16)
