@@ -207,8 +207,8 @@ def reduction_errors(x: torch.Tensor, y: torch.Tensor) -> dict:
         model = copy.deepcopy(base)
         model.zero_grad(set_to_none=True)
         ddp = DistributedDataParallel(model)
-        if hook is not None:  # e.g. default_hooks.bf16_compress_hook: cast to 16 bits, divide,
-            ddp.register_comm_hook(None, hook)  # all-reduce, cast back
+        if hook is not None:  # the hook casts to 16 bits, divides, all-reduces, casts back
+            ddp.register_comm_hook(None, hook)  # e.g. default_hooks.bf16_compress_hook
         F.cross_entropy(ddp(x), y).backward()
         error = (_flat(p.grad for p in model.parameters()) - reference).norm() / reference.norm()
         size = torch.finfo(getattr(torch, name)).bits // 8
