@@ -40,12 +40,9 @@ class SharedLog(list):
 class DtypeProbe(nn.Module):
     """A ``Linear`` logging (thread, autocast on?, dtype, output dtype); amp_dtype: own autocast."""
 
-    def __init__(self, features: int = 8, amp_dtype: torch.dtype | None = None,
-                 log: SharedLog | None = None):
+    def __init__(self, amp_dtype: torch.dtype | None = None):
         super().__init__()
-        self.linear = nn.Linear(features, features)
-        self.amp_dtype = amp_dtype
-        self.log = SharedLog() if log is None else log
+        self.linear, self.amp_dtype, self.log = nn.Linear(8, 8), amp_dtype, SharedLog()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.amp_dtype is None:
