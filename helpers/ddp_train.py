@@ -1,9 +1,7 @@
 """One rank of notebook 05's job: ``torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train``.
 
-Each rank trains a seeded MLP on its own batches under DDP and autocast and checks that every rank
-ends with rank 0's weights, exactly. ``--fsdp``: also DDP's buckets, gradients averaged in 16 bits,
-and FSDP2's policy (``fully_shard``, ``MixedPrecisionPolicy``), each stage's dtype and bytes.
-"""
+A seeded MLP trained on this rank's batches under DDP and autocast; every rank must end with rank
+0's weights, exactly. ``--fsdp``: also DDP's buckets, 16-bit gradient averages, FSDP2's policy."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +10,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
@@ -25,12 +24,12 @@ from .device import autocast_dtype
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # torchrun sets these (and more) per process
 EXAMPLE = "torchrun --standalone --nproc_per_node=2 -m helpers.ddp_train"
-HOOKS = {"float32": None, "bfloat16": default_hooks.bf16_compress_hook,
+HOOKS = {"float32": None, "bfloat16": default_hooks.bf16_compress_hook,  # DDP's 16-bit averages
          "float16": default_hooks.fp16_compress_hook}
 
 
 class LaunchError(RuntimeError):
-    """The script was started in a way it cannot run; the message says what to do instead."""
+    """Started in a way it cannot run; the message says what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +58,7 @@ def launch_from_env(env: Mapping[str, str] | None = None) -> Launch:
 
 
 def choose_backend(requested: str, local_world_size: int, cuda_devices: int | None = None) -> str:
-    """``requested`` ('gloo': CPU, 'nccl': CUDA GPUs), or for 'auto' NCCL where this machine has a
-    GPU for every local process, else gloo."""
+    """``requested`` ('gloo': CPU, 'nccl': GPUs), or for 'auto' NCCL if each process has a GPU."""
     cuda_devices = torch.cuda.device_count() if cuda_devices is None else cuda_devices
     if requested != "auto":
         return requested
@@ -68,10 +66,10 @@ def choose_backend(requested: str, local_world_size: int, cuda_devices: int | No
 
 
 def fsdp2() -> tuple:
-    """``(MixedPrecisionPolicy, fully_shard)``, public in ``torch.distributed.fsdp`` in 2.14.1."""
+    """``(MixedPrecisionPolicy, fully_shard)``: public in ``torch.distributed.fsdp`` since 2.6."""
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    except ImportError:  # torch 2.4.1 (2.5-2.13: not tested here): a private module
+    except ImportError:  # torch 2.4 and 2.5: a private module
         from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
     return MixedPrecisionPolicy, fully_shard
 
@@ -108,9 +106,8 @@ def _describe(t: torch.Tensor) -> str:
 
 
 def train(model: nn.Module, data: list, amp: torch.dtype | None, record: dict):
-    """AdamW on ``data`` under autocast(``amp``) if given (a GradScaler for float16); record losses,
-    and in step 1 the logits' dtype and each tensor saved for backward: dtype, shape, and the bytes
-    and address of its storage after forward (0 bytes: freed). Returns the optimizer."""
+    """AdamW on ``data``, under autocast(``amp``) if given (float16: a GradScaler); losses; step 1:
+    the logits' dtype, each saved tensor's dtype, shape, storage bytes after forward, address."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # FSDP: after fully_shard
     device = data[0][0].device
     scaler = torch.amp.GradScaler(device.type) if amp == torch.float16 else None
@@ -135,10 +132,10 @@ def train(model: nn.Module, data: list, amp: torch.dtype | None, record: dict):
             scaler.update()
         record["losses"].append(loss.item())
     moments = [_local(s[k]) for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")]
-    record["bytes"] = {"parameters": sum(_local(p).nbytes for p in model.parameters()),
-                       "gradients": sum(_local(p.grad).nbytes for p in model.parameters()),
-                       "optimizer": sum(m.nbytes for m in moments)}
-    record["grad_scaler"] = scaler is not None
+    record.update(grad_scaler=scaler is not None, bytes={
+        "parameters": sum(_local(p).nbytes for p in model.parameters()),
+        "gradients": sum(_local(p.grad).nbytes for p in model.parameters()),
+        "optimizer": sum(m.nbytes for m in moments)})
     return optimizer
 
 
@@ -169,26 +166,32 @@ def run_ddp(data: list, amp: torch.dtype, world_size: int, bucket_view: bool = F
 
 
 def run_fsdp(data: list, param_dtype: torch.dtype, reduce_dtype: torch.dtype) -> dict:
-    """FSDP2 with ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``: each stage's dtype, bytes."""
+    """FSDP2, ``MixedPrecisionPolicy(param_dtype, reduce_dtype)`` on each Linear and on the root,
+    there with ``output_dtype=torch.float32`` (float32 logits): each stage's dtype, bytes."""
     MixedPrecisionPolicy, fully_shard = fsdp2()
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     model = tiny_model(data[0][0].device)
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype, torch.float32))
     middle, seen = model[3], {}
 
     def before_forward(module: nn.Module, args: tuple) -> None:
-        if not seen:  # the unsharded weight that FSDP all-gathered, and its gradient's dtype
-            seen["unsharded"] = _describe(module.weight)  # before FSDP reduce-scatters it
+        if "unsharded" not in seen:  # the weight FSDP all-gathered; its gradient before reduction
+            seen["unsharded"] = _describe(module.weight)
             module.weight.register_hook(lambda grad: seen.update(grad_before=_name(grad.dtype)))
 
     middle.register_forward_pre_hook(before_forward)
+    middle.register_forward_hook(lambda m, args, out: seen.update(activation=_name(out.dtype)))
+    model[0].register_forward_pre_hook(lambda m, args: seen.update(input=_name(args[0].dtype)))
     record = {"sharded": f"{_describe(middle.weight)} of {list(middle.weight.shape)}"}
     optimizer = train(model, data, None, record)
-    moment = optimizer.state[middle.weight]["exp_avg"]
-    record.update(seen, grad_after=_describe(middle.weight.grad), optimizer_state=_describe(moment))
+    logits = model(data[0][0])  # one more forward: which parameters stay gathered until backward
+    seen["after_forward"] = {"root": _describe(model[1].weight), "middle": _describe(middle.weight)}
+    logits.sum().backward()
+    record.update(seen, grad_after=_describe(middle.weight.grad),
+                  optimizer_state=_describe(optimizer.state[middle.weight]["exp_avg"]))
     return record
 
 
@@ -197,16 +200,15 @@ def reduction_errors(x: torch.Tensor, y: torch.Tensor) -> dict:
     base = tiny_model(x.device)
     F.cross_entropy(base(x), y).backward()  # this rank's own float32 gradient
     mine = _flat(p.grad for p in base.parameters())
-    reference = mine.clone()
-    dist.all_reduce(reference)
+    dist.all_reduce(reference := mine.clone())
     reference /= dist.get_world_size()
     out = {"elements": mine.numel(), "noise": ((mine - reference).norm() / reference.norm()).item()}
     for name, hook in HOOKS.items():
         model = copy.deepcopy(base)
         model.zero_grad(set_to_none=True)
         ddp = DistributedDataParallel(model)
-        if hook is not None:
-            ddp.register_comm_hook(None, hook)  # cast to 16 bits, divide, all-reduce, cast back
+        if hook is not None:  # the hook casts to 16 bits, divides, all-reduces, casts back
+            ddp.register_comm_hook(None, hook)  # e.g. default_hooks.bf16_compress_hook
         F.cross_entropy(ddp(x), y).backward()
         error = (_flat(p.grad for p in model.parameters()) - reference).norm() / reference.norm()
         size = torch.finfo(getattr(torch, name)).bits // 8
@@ -272,8 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if launch.rank == 0:
             print("\n".join(summary_lines(report)), flush=True)
             if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(report, f, indent=1)
+                Path(args.out).write_text(json.dumps(report, indent=1))
     finally:
         dist.destroy_process_group()
     return 0
@@ -281,8 +282,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     status = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # No interpreter teardown: gloo's worker threads, still releasing the last collective's tensors
-    # while Python finalizes, abort the process now and then (compare pytorch/pytorch#179291).
+    sys.stdout.flush(), sys.stderr.flush()
+    # No interpreter teardown: gloo's threads, still freeing tensors then, abort it (pytorch#179291)
     os._exit(status)

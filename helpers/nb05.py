@@ -38,15 +38,11 @@ class SharedLog(list):
 
 
 class DtypeProbe(nn.Module):
-    """A ``Linear`` layer that logs, at each forward: thread name, autocast on?, autocast dtype,
-    output dtype. With ``amp_dtype``, ``forward`` enters ``autocast(..., dtype=amp_dtype)``."""
+    """A ``Linear`` logging (thread, autocast on?, dtype, output dtype); amp_dtype: own autocast."""
 
-    def __init__(self, features: int = 8, amp_dtype: torch.dtype | None = None,
-                 log: SharedLog | None = None):
+    def __init__(self, amp_dtype: torch.dtype | None = None):
         super().__init__()
-        self.linear = nn.Linear(features, features)
-        self.amp_dtype = amp_dtype
-        self.log = SharedLog() if log is None else log
+        self.linear, self.amp_dtype, self.log = nn.Linear(8, 8), amp_dtype, SharedLog()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.amp_dtype is None:
@@ -91,9 +87,8 @@ def observe(model: DtypeProbe, outside: torch.dtype, call: Callable[[], Any],
 
 def replay_data_parallel(module: nn.Module, batch: torch.Tensor, *, replicas: int = 2,
                          device_type: str = "cpu", behaviour: str = "1.7+") -> torch.Tensor:
-    """``nn.DataParallel.forward`` on CPU: scatter, replicate, one thread per replica, gather. The
-    worker follows ``parallel_apply``'s: ``"1.6"`` restores the caller's grad mode only; ``"1.7+"``
-    (PR 43102) also enters ``autocast(device_type, enabled=<caller's flag>)``, without a dtype."""
+    """``nn.DataParallel.forward`` on CPU (scatter, replicate, a thread per replica, gather); the
+    worker as parallel_apply's: "1.6": grad mode; "1.7+" autocast(enabled=caller's), no dtype."""
     if behaviour not in ("1.6", "1.7+") or replicas < 1:
         raise ValueError(f"behaviour '1.6' or '1.7+', replicas >= 1, not {behaviour!r}, {replicas}")
     chunks = batch.chunk(replicas)  # scatter
@@ -122,9 +117,8 @@ def replay_data_parallel(module: nn.Module, batch: torch.Tensor, *, replicas: in
         for thread in threads:
             thread.join()
     outputs = [results[i] for i in range(len(chunks))]
-    for output in outputs:
-        if isinstance(output, Exception):
-            raise output
+    if errors := [output for output in outputs if isinstance(output, Exception)]:
+        raise errors[0]
     with torch.amp.autocast(device_type, enabled=False):  # gather copies the outputs as they are
         return torch.cat(outputs)
 
@@ -193,9 +187,8 @@ def _run(command: Sequence[str], timeout: float, **popen: Any) -> tuple:
 
 def run_job(command: Sequence[str] | Callable[[int], Sequence[Sequence[str]]], *, timeout: float,
             cwd: str | None = None, env: Mapping[str, str] | None = None, attempts: int = 1) -> Any:
-    """Run ``command`` (or all of ``command(free_port())`` at once: agents) to the end, capturing
-    output; past ``timeout`` s kill it and its children and start again on a new port, ``attempts``
-    times in all, then raise ``TimeoutError`` with its stderr's end."""
+    """Run ``command`` (or all of ``command(free_port())`` at once: agents), capturing output; past
+    ``timeout`` s kill it all, retry on a new port, ``attempts`` in all, then ``TimeoutError``."""
     for attempt in range(1, attempts + 1):
         commands = command(free_port()) if callable(command) else [command]
         with ThreadPoolExecutor(len(commands)) as pool:

@@ -2,8 +2,8 @@
 
 Thread-local autocast and the CPU re-enactment of nn.DataParallel; bounded launches (run_job, one command or
 several agents at once); the rank-side experiments run in-process on a one-rank gloo group (DDP agreement,
-GradScaler, FSDP2's policy, reduction dtypes, bytes per rank). The real two-node job is notebook 05's section
-6, which plain `pytest` executes and asserts.
+GradScaler, FSDP2's policy, reduction dtypes, bytes per rank). The two-agent job (two torchrun agents on
+loopback: the rendezvous, not a network) is notebook 05's section 6, which plain `pytest` executes and asserts.
 """
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from torch.nn.parallel import parallel_apply
 
 from helpers import ddp_train
 from helpers.device import AutocastState, autocast_state
-from helpers.exercises import grade, solution
+from helpers.exercises import feedback, grade, solution
 from helpers.nb05 import (DtypeProbe, Seen, SharedLog, free_port, local_launch_env, observe, replay_data_parallel,
                           run_in_thread, run_job, source_lines)
-from helpers.solutions.nb05 import _gradients, replica_output_dtypes
+from helpers.solutions.nb05 import _gradients
 
 X = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
 
@@ -196,12 +196,32 @@ def test_solution_05_1_set_autocast_dtype_does_not_reach_the_replicas():
     assert run_in_thread(main_thread_only) == torch.float16
     assert grade("05.1", torch.bfloat16) is True
     assert grade("05.1", torch.float16) is False and grade("05.1", torch.float32) is False
+    assert grade("05.1", "bfloat16") is False  # a dtype is asked for, not its name
 
 
 def test_solution_05_2_bare_autocast_falls_back_to_a_default():
     assert solution("05.2") == torch.bfloat16
     assert grade("05.2", torch.bfloat16) is True
     assert grade("05.2", torch.float16) is False
+    assert feedback("05.2", torch.float16) == "that is not the value this exercise computes (the hint may help)"
+
+
+def test_solutions_05_1_and_05_2_do_not_depend_on_the_order_a_learner_ran_cells():
+    """Issue 25's reproduction: 05.1's experiment run in the notebook's own thread (float16 set), its check
+    (the first import of the solutions), the dtype reset, then 05.2: the expected answer stayed bfloat16."""
+    def learner_order() -> tuple:
+        torch.set_autocast_dtype("cpu", torch.float16)  # 05.1's experiment, in the notebook's thread
+        module = importlib.import_module("helpers.solutions.nb05")
+        importlib.reload(module)  # first imported now, in this state
+        first = (solution("05.1"), solution("05.2"))  # computed while float16 is still set
+        torch.set_autocast_dtype("cpu", torch.bfloat16)  # the reset the hint allows
+        return first, solution("05.2"), grade("05.2", torch.bfloat16)
+
+    module = sys.modules["helpers.solutions.nb05"]
+    try:
+        assert run_in_thread(learner_order) == ((torch.bfloat16, torch.bfloat16), torch.bfloat16, True)
+    finally:
+        sys.modules["helpers.solutions.nb05"] = module
 
 
 def test_observe_returns_what_every_replica_saw():
@@ -254,24 +274,85 @@ class _Lab:  # what the exercise cells call as `lab`
     ddp_train = ddp_train
 
 
-def test_exercise_05_4_checks_the_repaired_class_not_a_typed_dtype():
-    broken = _exercise_setup("class TinyClassifier", lab=_Lab, x=X)["TinyClassifier"]  # the cell as given
-    assert replica_output_dtypes(broken) == {torch.float16: torch.bfloat16, torch.bfloat16: torch.bfloat16}
-    assert grade("05.4", broken) is False
-    assert grade("05.4", torch.float16) is False and grade("05.4", torch.bfloat16) is False  # typed answers
+def _wrong_repairs(broken: type) -> dict:
+    """Repairs of 05.4 that hide the symptom or fix one case only, each with the feedback it must get."""
+    class CastTheResult(broken):  # issue 25: the output's dtype right, the matmuls in the thread's default
+        def forward(self, x):
+            with torch.amp.autocast(x.device.type):
+                return self.body(x).to(self.amp_dtype)
+
+    class AutocastDeleted(broken):
+        def forward(self, x):
+            return self.body(x).to(self.amp_dtype)
 
     class HardCoded(broken):  # the repair typed in for one dtype: wrong for a bfloat16 model
         def forward(self, x):
             with torch.amp.autocast(x.device.type, dtype=torch.float16):
                 return self.body(x)
 
-    class Repaired(broken):
+    class CallersFlag(broken):  # the 1.6 worker passes no flag: off there
+        def forward(self, x):
+            with torch.amp.autocast(x.device.type, dtype=self.amp_dtype, enabled=torch.is_autocast_enabled("cpu")):
+                return self.body(x)
+
+    class SetsTheThreadsDtype(broken):  # right in the replicas, but leaks into a caller's thread
+        def forward(self, x):
+            torch.set_autocast_dtype(x.device.type, self.amp_dtype)
+            with torch.amp.autocast(x.device.type):
+                return self.body(x)
+
+    class HalfWeights(broken):  # pure 16-bit: no float32 weights left to train
+        def __init__(self, amp_dtype):
+            super().__init__(amp_dtype)
+            self.body.to(amp_dtype)
+
+        def forward(self, x):
+            return self.body(x.to(self.amp_dtype))
+
+    model_case = "float16 outside, the PyTorch 1.7+ worker)"
+    return {
+        broken: f"the replica still ran addmm in bfloat16 (a float16 model, {model_case}",
+        CastTheResult: f"the replica still ran addmm in bfloat16 (a float16 model, {model_case}",
+        AutocastDeleted: f"the replica still ran addmm in bfloat16 (a float16 model, {model_case}",
+        HardCoded: f"the replica still ran addmm in float16 (a bfloat16 model, {model_case}",
+        CallersFlag: "the replica still ran addmm in float32 (a float16 model, float16 outside, the PyTorch 1.6 "
+                     "worker)",
+        SetsTheThreadsDtype: "forward changed the calling thread's autocast dtype for good",
+        HalfWeights: "the weights are no longer float32: autocast casts per op, the weights stay",
+    }
+
+
+def test_exercise_05_4_judges_the_dtype_of_the_matmuls_inside_the_replicas():
+    broken = _exercise_setup("class TinyClassifier", lab=_Lab, x=X)["TinyClassifier"]  # the cell as given
+    for wrong, why in _wrong_repairs(broken).items():
+        assert feedback("05.4", wrong) == why, wrong.__name__
+    for typed in (torch.float16, torch.bfloat16, broken(torch.float16)):  # a dtype, an instance
+        assert feedback("05.4", typed).startswith("hand the check the repaired class itself"), typed
+
+    class Repaired(broken):  # the solution's repair
         def forward(self, x):
             with torch.amp.autocast(x.device.type, dtype=self.amp_dtype):
                 return self.body(x)
 
-    assert grade("05.4", HardCoded) is False and grade("05.4", Repaired) is True
-    assert replica_output_dtypes(Repaired) == {torch.float16: torch.float16, torch.bfloat16: torch.bfloat16}
+    class WrittenDifferently(broken):  # torch.autocast, keywords, `enabled=`, float32 logits for the loss
+        def forward(self, x):
+            with torch.autocast(device_type="cpu", dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                logits = self.body(x)
+            return logits.float()
+
+    assert feedback("05.4", Repaired) is None and feedback("05.4", WrittenDifferently) is None
+    assert torch.get_autocast_dtype("cpu") == torch.bfloat16  # the judge ran in a thread of its own
+
+
+def test_exercise_05_4_the_trace_sees_the_replicas_own_ops():
+    """The judge's trace records in the replica threads: the 1.6 worker (autocast off there) shows float32."""
+    from helpers.solutions.nb05 import _Traced
+
+    log = SharedLog()
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        replay_data_parallel(_Traced(DtypeProbe(), log), X, behaviour="1.6")
+    assert sorted(thread for thread, _ in log) == ["replica-0", "replica-1"]
+    assert {op for _, ops in log for op in ops} == {("addmm", torch.float32)}
 
 
 def test_exercise_05_5_wants_bfloat16_compute_and_float32_reduction():
@@ -284,6 +365,13 @@ def test_exercise_05_5_wants_bfloat16_compute_and_float32_reduction():
         assert grade("05.5", MixedPrecisionPolicy(**{"param_dtype": torch.bfloat16, **wrong})) is False, wrong
     assert grade("05.5", torch.float32) is False
     assert grade("05.5", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)) is True
+    assert grade("05.5", MixedPrecisionPolicy(torch.bfloat16, torch.float32)) is True  # positional
+    assert feedback("05.5", policy) == "the gradients would still be averaged in bfloat16"
+    assert feedback("05.5", MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float16)) == (
+        "the gradients would still be averaged in float16")
+    assert feedback("05.5", MixedPrecisionPolicy(reduce_dtype=torch.float32)) == (
+        "the policy no longer computes in bfloat16 (param_dtype)")
+    assert feedback("05.5", torch.float32) == "hand the check the repaired MixedPrecisionPolicy, not dtype"
 
 
 # ------------------------------------------------------------------------------ launches: run_job, agents
@@ -516,7 +604,11 @@ def test_fsdp_policy_dtypes_on_one_rank(single_rank_group):
     record = ddp_train.run_fsdp(data, torch.bfloat16, torch.float32)
     assert record["sharded"] == "DTensor float32 [64, 64] of [64, 64]"  # one rank holds everything
     assert record["unsharded"] == "Parameter bfloat16 [64, 64]" and record["grad_before"] == "bfloat16"
-    assert record["grad_after"] == "DTensor float32 [64, 64]" and record["logits"] == "bfloat16"
+    assert record["grad_after"] == "DTensor float32 [64, 64]"
+    assert record["input"] == record["activation"] == "bfloat16"  # cast_forward_inputs; the layers compute in bf16
+    assert record["logits"] == "float32"  # the root's output_dtype
+    # after forward, the root's own parameters (LayerNorm's) stay gathered for backward; the Linears' are resharded
+    assert record["after_forward"] == {"root": "Parameter bfloat16 [64]", "middle": "DTensor float32 [64, 64]"}
     assert record["optimizer_state"] == "DTensor float32 [64, 64]"
     assert [64, 64] in [s[1] for s in record["saved"] if s[2] == 0]  # the gathered weight, freed
     reducing_in_bf16 = ddp_train.run_fsdp(data, torch.bfloat16, torch.bfloat16)
@@ -525,7 +617,9 @@ def test_fsdp_policy_dtypes_on_one_rank(single_rank_group):
 
 
 def test_solution_05_3_batchnorm_breaks_gradient_averaging():
+    state = torch.random.get_rng_state()
     assert solution("05.3") is False
+    assert torch.equal(torch.random.get_rng_state(), state)  # the learner's generator is left alone
     assert grade("05.3", False) is True and grade("05.3", True) is False
     # Without BatchNorm, the mean of two half-batch gradients is the full-batch gradient (what DDP relies on).
     torch.manual_seed(0)
