@@ -400,7 +400,7 @@ def test_real_gpu_ddp_rank_over_nccl():
     assert ddp["identical"] and rank["reduction"]["float32"]["error"] == 0
     fsdp = rank["fsdp"]  # FSDP2 has run on CUDA since it appeared (torch 2.4)
     assert fsdp["sharded"].startswith("DTensor float32") and fsdp["grad_before"] == "bfloat16"
-    assert fsdp["unsharded"] == "Parameter bfloat16 [64, 64]" and fsdp["logits"] == "bfloat16"
+    assert fsdp["unsharded"] == "Parameter bfloat16 [64, 64]" and fsdp["logits"] == "float32"  # output_dtype
 
 
 # ------------------------------------------------------------------------- the GPU validation command
