@@ -11,8 +11,8 @@ notebooks 03 and 04, about 100 and 90 minutes):
 - code: non-blank code lines at :data:`SECONDS_PER_CODE_LINE` (read it, run it, look at the output);
 - exercises: :data:`MINUTES_PER_EXERCISE` for each ``check("NN.k", ...)`` call.
 
-``python -m tools.course_stats --route`` prints the README's self-study route and its 3-hour workshop route
-(:data:`WORKSHOP_ROUTE`) with each stop's minutes.
+``python -m tools.course_stats --route`` prints the README's self-study route (the 3-hour workshop route and its
+class-time model: ``tools/workshop.py``).
 
 **Teaching fraction**: the share of the core path's code lines that are the idea itself or its measurement.
 Each top-level statement is classified with :mod:`ast`; its lines count as
@@ -254,59 +254,12 @@ def time_estimate_text(stats: NotebookStats) -> str:
     return text
 
 
-# The 3-hour workshop route: (notebook prefix, the parts taken, what the instructor does there). A part is a
-# label of section_stats: "intro", a section number, "Summary" or "Exercise NN.k". Minutes come from the notebook.
-WORKSHOP_ROUTE: list[tuple[str, tuple[str, ...], str]] = [
-    ("00", ("intro", "1", "2", "5", "8", "Exercise 00.4"),
-     "what this machine runs fast (compare the room's machines), three regimes and the roofline, "
-     "overflow, sums"),
-    ("01", ("intro", "1", "2", "3"), "`.half()` deployment: what converts, the dtype error, accuracy"),
-    ("02", ("2", "5"), "tensors made in `forward`; the `-1e9` mask"),
-    ("03", ("The recipe", "1", "3", "5", "7", "Exercise 03.1"),
-     "the autocast loop, master weights, op dtypes, islands, a fresh context per forward"),
-    ("04", ("1", "2", "4", "5", "Exercise 04.3"), "the GradScaler loop, underflow, skips, clipping"),
-    ("05", ("2", "5"), "autocast is per thread; the fix inside `forward`"),
-    ("06", ("6", "7"), "the corrected deployment recipe; does concurrency double?"),
-    ("07", ("1",), "the decision guide for each machine and workload shape"),
-    ("08", ("3",), "a transformer: why logits and the loss stay in float32"),
-]
-WORKSHOP_MINUTES = 180
-BREAK_MINUTES = 15
-
-
 def notebook_path(prefix: str) -> Path:
     """The notebook whose file name starts with ``prefix`` (e.g. "03")."""
     matches = sorted(NOTEBOOK_DIR.glob(f"{prefix}_*.ipynb"))
     if len(matches) != 1:
         raise ValueError(f"no single notebook starts with {prefix!r}: {matches}")
     return matches[0]
-
-
-def route_minutes(route: list[tuple[str, tuple[str, ...], str]]) -> list[tuple[str, str, float]]:
-    """(notebook name, parts, minutes) for each stop of ``route``; raises for a part a notebook does not have."""
-    stops = []
-    for prefix, parts, _ in route:
-        path = notebook_path(prefix)
-        sections = section_stats(path)
-        missing = [part for part in parts if part not in sections]
-        if missing:
-            raise ValueError(f"{path.name} has no part(s) {missing}; it has {list(sections)}")
-        stops.append((path.name, ", ".join(parts), sum(sections[part].minutes for part in parts)))
-    return stops
-
-
-def route_markdown(route: list[tuple[str, tuple[str, ...], str]] = WORKSHOP_ROUTE) -> str:
-    """The route as a markdown table with the minutes of each stop and the running total."""
-    rows = ["| # | Notebook | Sections (§) and exercises | Focus | Minutes | Running total |",
-            "|---|---|---|---|---|---|"]
-    total = 0.0
-    for index, ((name, parts, minutes), (_, _, focus)) in enumerate(zip(route_minutes(route), route), start=1):
-        total += minutes
-        link = f"[{name[:2]}](notebooks/{name})"
-        rows.append(f"| {index} | {link} | {parts} | {focus} | {rounded_minutes(minutes, 1)} | "
-                    f"{rounded_minutes(total, 1)} |")
-    rows.append(f"| | | | break(s) | {BREAK_MINUTES} | {rounded_minutes(total + BREAK_MINUTES, 1)} |")
-    return "\n".join(rows)
 
 
 def self_study_markdown() -> str:
@@ -332,8 +285,8 @@ def table(paths: list[Path]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    if args == ["--route"]:
-        print(self_study_markdown(), route_markdown(), sep="\n\n")
+    if args == ["--route"]:  # the workshop route: python -m tools.workshop
+        print(self_study_markdown())
         return 0
     paths = [Path(a) for a in args] or sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
     print(table(paths))
