@@ -1,5 +1,4 @@
-"""Notebook 01's scaffolding (half-precision inference): dtype tables, run comparisons, the
-logit-error and datasheet-peak plots, autocast's registrations. Tested in ``tests/test_nb01.py``."""
+"""Notebook 01's scaffolding: dtype tables, run comparisons, the logit-error and peak plots."""
 from __future__ import annotations
 
 import torch
@@ -9,19 +8,18 @@ from .peaks import GpuPeak
 from .train import EvalResult
 
 
-def dtype_kinds(module: nn.Module) -> dict[str, tuple[int, str]]:
-    """``{kind: (how many tensors, their dtypes)}``: the parameters, and each buffer name."""
-    table: dict[str, list] = {}
-    for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
-        kind = "parameter" if isinstance(tensor, nn.Parameter) else "buffer " + name.split(".")[-1]
-        table.setdefault(kind, []).append(str(tensor.dtype).removeprefix("torch."))
-    return {kind: (len(dtypes), ", ".join(sorted(set(dtypes)))) for kind, dtypes in table.items()}
-
-
 def dtype_changes(before: nn.Module, after: nn.Module) -> dict[str, str]:
-    """``{kind: "count x dtype -> dtype"}``: what a conversion such as ``.half()`` did to each."""
-    old, new = dtype_kinds(before), dtype_kinds(after)
-    return {kind: f"{count} x {dtypes} -> {new[kind][1]}" for kind, (count, dtypes) in old.items()}
+    """``{kind: "count x dtype -> dtype"}`` per parameter/buffer kind: what ``.half()`` changed."""
+    def kinds(module: nn.Module) -> dict[str, list[str]]:
+        table: dict[str, list[str]] = {}
+        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+            kind = "parameter" if isinstance(t, nn.Parameter) else "buffer " + name.split(".")[-1]
+            table.setdefault(kind, []).append(str(t.dtype).removeprefix("torch."))
+        return table
+
+    old, new = kinds(before), kinds(after)
+    return {k: f"{len(d)} x {', '.join(sorted(set(d)))} -> {', '.join(sorted(set(new[k])))}"
+            for k, d in old.items()}
 
 
 def subset(dataset: torch.utils.data.TensorDataset, n: int) -> torch.utils.data.TensorDataset:
@@ -31,9 +29,8 @@ def subset(dataset: torch.utils.data.TensorDataset, n: int) -> torch.utils.data.
 
 def compare_runs(runs: dict[str, EvalResult], reference: EvalResult,
                  labels: torch.Tensor) -> dict[str, dict[str, float]]:
-    """Each run against ``reference`` on the images both saw (a run may cover a prefix of the test
-    set): ``{name: {"images", "accuracy", "drop", "agreement", "max_logit_diff"}}``; ``drop`` is the
-    reference's accuracy on the same images minus the run's."""
+    """Each run against ``reference`` on the images both saw (a prefix of the test set):
+    ``{name: {"images", "accuracy", "drop", "agreement", "max_logit_diff"}}``."""
     rows = {}
     for name, run in runs.items():
         n = len(run.predictions)
@@ -72,8 +69,7 @@ def plot_logit_errors(runs: dict[str, EvalResult], reference: EvalResult, ax=Non
 
 
 def plot_peak_ratios(peaks: dict[str, GpuPeak], low: str = "bf16", ax=None):
-    """Bar chart, per GPU, of the dense 16-bit peak (``low``, or fp16 where ``low`` has no tensor
-    cores) over its fp32 and its TF32 peak (a missing bar: no TF32)."""
+    """Bars per GPU: dense 16-bit peak (``low``, else fp16) over its fp32 and TF32 peaks."""
     import matplotlib.pyplot as plt
 
     fmts = {name: low if gpu.tflops.get(low) else "fp16" for name, gpu in peaks.items()}

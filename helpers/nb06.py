@@ -1,6 +1,4 @@
-"""Notebook 06's scaffolding (deploying in half precision): the photo, logit comparisons, oneDNN's
-kernels, the live inference sweep and the serving check of exercise 06.4. Tested in
-``tests/test_nb06.py``."""
+"""Notebook 06's scaffolding: the photo, logit comparisons, oneDNN's kernels, the sweep table."""
 from __future__ import annotations
 
 import os
@@ -21,10 +19,8 @@ LAYOUTS = {"contiguous (NCHW)": torch.contiguous_format,
 
 
 def load_photo(device: str | torch.device = "cpu"):
-    """matplotlib's bundled photo of Grace Hopper (public domain, no download) and its ResNet-50
-    preprocessing: ``(image, preprocess, batch)``, the PIL image,
-    ``ResNet50_Weights.DEFAULT.transforms()`` and the batch of one, 1 x 3 x 224 x 224 float32,
-    contiguous (NCHW; the transforms alone keep the decoded image's channels_last)."""
+    """``(image, preprocess, batch)``: matplotlib's bundled Grace Hopper photo (no download), the
+    ResNet-50 transforms, and the 1 x 3 x 224 x 224 float32 batch, made contiguous (NCHW)."""
     from matplotlib import cbook
     from PIL import Image
     from torchvision import models
@@ -36,7 +32,7 @@ def load_photo(device: str | torch.device = "cpu"):
 
 
 def show_photo(image, preprocess, batch: torch.Tensor):
-    """Plot the photo next to the model's input (the normalisation undone); returns the figure."""
+    """The photo next to the model's input (normalisation undone): the figure."""
     import matplotlib.pyplot as plt
 
     fig, (ax_photo, ax_input) = plt.subplots(1, 2, figsize=(6, 3.5), dpi=80)
@@ -51,8 +47,7 @@ def show_photo(image, preprocess, batch: torch.Tensor):
 
 
 def resize(batch: torch.Tensor, side: int) -> torch.Tensor:
-    """``batch`` (N x C x H x W) resized to ``side`` x ``side`` (antialiased bilinear); itself if
-    already so."""
+    """``batch`` resized to ``side`` x ``side`` (antialiased bilinear); itself if already so."""
     if tuple(batch.shape[-2:]) == (side, side):
         return batch
     return nn.functional.interpolate(batch, size=(side, side), mode="bilinear", antialias=True,
@@ -60,9 +55,8 @@ def resize(batch: torch.Tensor, side: int) -> torch.Tensor:
 
 
 def compare_logits(logits: torch.Tensor, reference: torch.Tensor) -> dict[str, Any]:
-    """One image's ``logits`` (any dtype) against the fp32 ``reference`` (1 x classes): dtype,
-    largest error relative to the largest reference logit, whether top-1 agrees, how many top-5
-    classes are shared."""
+    """One image's ``logits`` against the fp32 ``reference``: dtype, largest error relative to the
+    largest logit, top-1 agreement, top-5 classes shared."""
     dtype, logits, reference = logits.dtype, logits.float(), reference.float()
     error = ((logits - reference).abs().max() / reference.abs().max()).item()
     shared = set(logits.topk(5).indices[0].tolist()) & set(reference.topk(5).indices[0].tolist())
@@ -72,8 +66,7 @@ def compare_logits(logits: torch.Tensor, reference: torch.Tensor) -> dict[str, A
 
 
 def _c_stdout_of(fn: Callable[[], Any]) -> str:
-    """What ``fn()`` writes to file descriptor 1 (oneDNN prints there, below Python's
-    ``sys.stdout``)."""
+    """What ``fn()`` writes to file descriptor 1 (oneDNN prints there, below ``sys.stdout``)."""
     sys.stdout.flush()
     with tempfile.TemporaryFile() as captured:
         saved = os.dup(1)
@@ -88,10 +81,8 @@ def _c_stdout_of(fn: Callable[[], Any]) -> str:
 
 
 def onednn_conv_kernels() -> dict[str, list[str]]:
-    """``{layout: ["reorder jit:blk", "convolution brg_conv_fwd:avx512_core", ...]}``: the oneDNN
-    primitives (with implementations) one 64-channel 3x3 convolution on a 56x56 image runs in each
-    layout, read from oneDNN's verbose log (``torch.backends.mkldnn.verbose``); empty lists where
-    oneDNN does not run it."""
+    """``{layout: ["reorder jit:blk", "convolution brg_conv_fwd:avx512_core", ...]}``: oneDNN's
+    verbose log of one 64-channel 3x3 convolution per layout ([] where oneDNN does not run)."""
     torch.manual_seed(0)
     conv, x = torch.nn.Conv2d(64, 64, 3, padding=1).eval(), torch.randn(1, 64, 56, 56)
     kernels: dict[str, list[str]] = {}
@@ -108,8 +99,7 @@ def onednn_conv_kernels() -> dict[str, list[str]]:
 
 
 def sweep_table(entries: Sequence[dict]) -> str:
-    """The sweep as a text table: images/s, latency, MiB one request allocates (and the MiB a call
-    made the allocator reserve: CUDA only)."""
+    """The sweep as a text table: images/s, latency, MiB per request (reserved MiB: CUDA only)."""
     lines = [f"{'mode':18} {'batch':>5} {'images/s':>9} {'latency ms':>11} {'MiB/request':>12} "
              f"{'reserved MiB':>13}"]
     for e in entries:
@@ -122,10 +112,8 @@ def sweep_table(entries: Sequence[dict]) -> str:
 
 def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],
                    device: str | torch.device = "cpu", n: int = 16) -> tuple[bool, bool, list[int]]:
-    """Serve ``n`` seeded test images one at a time with ``serve(model, request) -> logits``, as a
-    server would, to the trained reference CNN freshly loaded (in training mode). Returns (every
-    parameter and buffer unchanged afterwards, every logits tensor an inference tensor, the
-    predicted classes)."""
+    """Serve ``n`` test images one per call to the trained CNN, loaded in training mode: (model
+    unchanged, every output an inference tensor, the predicted classes)."""
     model = load_reference_model(device=device).train()
     requests = shapes_dataset("test", n=n).tensors[0].to(device)
     before = snapshot(model)

@@ -7,9 +7,11 @@ import pytest
 import torch
 from torch import nn
 
+import helpers
 from helpers import bench, nb06
 from helpers import state as state_mod
-from helpers.exercises import grade, solution
+from helpers.exercises import feedback, grade, solution
+from helpers.solutions import nb06 as solutions_06
 
 matplotlib.use("Agg")
 
@@ -160,37 +162,88 @@ def broken_serve(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
     return output
 
 
-def eval_only(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
-    """Half a repair: eval mode and no training step, but autograd still on."""
+def _serve(model, request, *, eval_mode=True, grad_mode=torch.inference_mode, dtype=torch.bfloat16,
+           enabled=True, convert=None, loss=False, cast=None):
+    if eval_mode:
+        model.eval()
+    if convert:
+        model.to(convert)
+        request = request.to(convert)
+    with grad_mode(), torch.amp.autocast("cpu", dtype=dtype, enabled=enabled):
+        output = model(request)
+        if loss:
+            nn.functional.cross_entropy(output, output.argmax(dim=1))
+        return output.to(cast) if cast else output
+
+
+def step_swallowed(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
+    """eval() and inference_mode added, the training step kept, its error hidden by try/except."""
     model.eval()
-    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
-        return model(request)
-
-
-def no_eval(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
-    """The other half: inference mode, but training mode left on (BatchNorm statistics move)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     with torch.inference_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16):
-        return model(request)
+        output = model(request)
+        try:
+            nn.functional.cross_entropy(output, output.argmax(dim=1)).backward()
+            optimizer.step()
+        except RuntimeError:
+            pass
+    return output
 
 
-def fp32_repair(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
+def step_kept(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
     model.eval()
-    with torch.inference_mode():
-        return model(request)
+    with torch.inference_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        output = model(request)
+        nn.functional.cross_entropy(output, output.argmax(dim=1)).backward()
+    return output
 
 
-def test_06_4_solution_serves_correctly():
-    unchanged, inference, predictions = solution("06.4")
-    assert unchanged and inference and len(predictions) == 16
-    from helpers.data import shapes_dataset
+WRONG_06_4 = {  # name: (answer, the feedback line must contain)
+    "as given": (broken_serve, "changed the model's weights (an optimizer step)"),
+    "the printed (unchanged, inference, predictions) tuple": (
+        (True, True, list(range(16))), "repaired function itself"),
+    "a float32 server": (lambda m, r: _serve(m, r, enabled=False), "ran in float32, not in bfloat16"),
+    "a float32 server, result cast": (lambda m, r: _serve(m, r, enabled=False, cast=torch.bfloat16),
+                                     "ran in float32"),
+    "autocast float16 on a bfloat16 machine": (lambda m, r: _serve(m, r, dtype=torch.float16),
+                                               "ran in float16, not in bfloat16"),
+    "the step under inference_mode, error swallowed": (step_swallowed, "caught a RuntimeError with try/except"),
+    "the step under inference_mode": (step_kept, "serve raised RuntimeError"),
+    "no eval()": (lambda m, r: _serve(m, r, eval_mode=False), "BatchNorm's running statistics"),
+    "autograd left on": (lambda m, r: _serve(m, r, grad_mode=torch.enable_grad), "not inference tensors"),
+    "no_grad for inference_mode": (lambda m, r: _serve(m, r, grad_mode=torch.no_grad), "not inference tensors"),
+    "weights converted with .bfloat16()": (lambda m, r: _serve(m, r, convert=torch.bfloat16),
+                                           "converted the model's weights"),
+    "a loss still computed": (lambda m, r: _serve(m, r, loss=True), "still computes a loss"),
+}
 
-    assert predictions == shapes_dataset("test", n=16).tensors[1].tolist()  # the trained model is right on all 16
+
+@pytest.mark.parametrize("name", WRONG_06_4)
+def test_06_4_wrong_repairs_are_rejected_with_what_failed(name):
+    answer, words = WRONG_06_4[name]
+    reason = feedback("06.4", answer)
+    assert reason is not None and words in reason, reason
 
 
-@pytest.mark.parametrize("serve", [broken_serve, eval_only, no_eval], ids=lambda f: f.__name__)
-def test_06_4_broken_serving_is_rejected(serve):
-    assert grade("06.4", nb06.serving_result(serve)) is False
+@torch.inference_mode()
+def decorated_serve(model: nn.Module, request: torch.Tensor) -> torch.Tensor:
+    """A right repair written differently: decorator, train(False), torch.autocast, the dtype asked."""
+    model.train(False)
+    with torch.autocast(device_type=request.device.type, dtype=helpers.autocast_dtype(request.device)):
+        return model(request).float()
 
 
-def test_06_4_a_correct_fp32_repair_is_accepted_too():
-    assert grade("06.4", nb06.serving_result(fp32_repair)) is True
+def test_06_4_the_solution_and_a_repair_written_differently_are_accepted():
+    assert feedback("06.4", solutions_06.serve) is None
+    assert feedback("06.4", decorated_serve) is None
+
+
+def test_06_4_a_hard_coded_dtype_fails_where_the_machine_s_autocast_dtype_differs(monkeypatch):
+    monkeypatch.setattr(solutions_06, "autocast_dtype", lambda device: torch.float16)  # a T4-like machine
+    assert "ran in bfloat16, not in float16" in feedback("06.4", lambda m, r: _serve(m, r))
+    assert feedback("06.4", lambda m, r: _serve(m, r, dtype=torch.float16)) is None
+
+
+def test_06_4_serving_result_shows_the_broken_recipe_s_symptoms():
+    unchanged, inference, predictions = nb06.serving_result(broken_serve)
+    assert not unchanged and not inference and len(predictions) == 16

@@ -1,6 +1,7 @@
 """Solutions of notebook 06 (deploying in half precision): each computes its answer with PyTorch."""
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 import torch
@@ -9,8 +10,12 @@ from PIL import Image
 from torchvision import models
 
 from ..bench import load_records
-from ..nb06 import serving_result
+from ..data import shapes_dataset
+from ..device import autocast_dtype, pick_device
+from ..dtype_trace import record_ops
 from ..measure import parameter_bytes
+from ..model import load_reference_model
+from ..state import changed, snapshot
 
 TOLERANCES = {"06.2": 0.01, "06.3": 0.005}
 
@@ -55,23 +60,78 @@ def fp16_headroom_on_photo() -> float:
 
 
 def serve(model: torch.nn.Module, request: torch.Tensor) -> torch.Tensor:
-    """The repaired serving function of 06.4: eval mode, inference mode, autocast; no loss,
-    optimizer or scaler."""
+    """06.4, repaired: eval mode, inference mode, the machine's autocast dtype; no loss, optimizer
+    or scaler."""
     model.eval()
-    with torch.inference_mode(), torch.amp.autocast(request.device.type, dtype=torch.bfloat16):
+    with torch.inference_mode(), torch.amp.autocast(request.device.type,
+                                                    dtype=autocast_dtype(request.device)):
         return model(request)
 
 
-@lru_cache(maxsize=1)
-def repaired_serving_result() -> tuple[bool, bool, list[int]]:
-    """06.4: (model unchanged, inference tensors, predicted classes) of the repaired ``serve``, on
-    CPU."""
-    return serving_result(serve, "cpu")
+def _calls_with_caught_errors(fn, calls):
+    """``fn``'s results, and the name of the first exception raised into ``fn``'s own frame that
+    ``fn`` caught (``try``/``except``), else None."""
+    code, seen = getattr(fn, "__code__", None), []
+
+    def local(frame, event, arg):
+        if event == "exception":
+            seen.append(arg[0].__name__)
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        results = [fn(*args) for args in calls]
+    finally:
+        sys.settrace(previous)
+    return results, (seen[0] if seen else None)
+
+
+class ServingJudge:
+    """06.4: serves 12 other test images (16 to 28, one per request) with the learner's ``serve``
+    to the trained model freshly loaded in training mode, and checks what sections 3 and 5 taught
+    and that the convolutions ran in this machine's autocast dtype."""
+
+    def why_not(self, serve) -> str | None:
+        if not callable(serve):
+            return "the answer should be your repaired function itself (answer_4 = serve)"
+        device = pick_device()
+        dtype, name = autocast_dtype(device), str(autocast_dtype(device)).removeprefix("torch.")
+        model = load_reference_model(device=device).train()
+        images, labels = (t[16:28] for t in shapes_dataset("test", n=28).tensors)
+        before = snapshot(model)
+        try:
+            (outputs, caught), ops = record_ops(lambda: _calls_with_caught_errors(
+                serve, [(model, image[None].to(device)) for image in images]))
+        except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised
+            return f"serve raised {type(error).__name__}"
+        if caught:
+            return (f"serve caught a {caught} with try/except: inference needs no loss, backward "
+                    "or step, so nothing to fail")
+        moved = changed(before, snapshot(model))
+        if any(p.dtype != torch.float32 for p in model.parameters()):
+            return "serve converted the model's weights: leave them float32 (autocast casts)"
+        if moved & {n for n, _ in model.named_parameters()}:
+            return "serving changed the model's weights (an optimizer step)"
+        if moved:
+            return "serving changed BatchNorm's running statistics (the model is in training mode)"
+        if not all(torch.is_inference(o) for o in outputs):
+            return "the logits are not inference tensors (serve under torch.inference_mode())"
+        if any("nll_loss" in op.name or "cross_entropy" in op.name for op in ops):
+            return "serve still computes a loss: inference needs none"
+        conv = {op.input_dtypes[0] for op in ops if "conv" in op.name}
+        if conv != {dtype}:
+            ran = ", ".join(sorted(str(d).removeprefix("torch.") for d in conv))
+            return f"the convolutions ran in {ran}, not in {name} (this machine's autocast dtype)"
+        wrong = sum(int(o.argmax()) != int(y) for o, y in zip(outputs, labels))
+        if wrong:
+            return f"{wrong} of {len(labels)} requests got another class than the trained model's"
+        return None
 
 
 SOLUTIONS = {
     "06.1": half_resnet50_bytes,
     "06.2": recorded_cpu_bf16_speedup,
     "06.3": fp16_headroom_on_photo,
-    "06.4": repaired_serving_result,
+    "06.4": ServingJudge,
 }
