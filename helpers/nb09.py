@@ -94,7 +94,7 @@ def profile_step(step: Callable[[], object], steps: int = 3):
 
 
 def shares_line(shares: dict[str, tuple[float, float]]) -> str:
-    return ", ".join(f"{name} {share:.0%}" + ("" if count != count else f" ({count:.0f}/step)")
+    return ", ".join(f"{name} {share:.0%}" + ("" if count != count else f" ({count:.3g}/step)")
                      for name, (count, share) in shares.items() if share >= 0.005 or count > 0)
 
 
