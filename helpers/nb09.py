@@ -16,7 +16,8 @@ from .device import quiet_native_stderr
 
 # A profile event's category: that of its outermost matching event (the optimizer's own casts
 # belong to the optimizer).
-CATEGORIES = {"casts": ("aten::_to_copy",), "matmuls": ("aten::mm", "aten::addmm", "aten::bmm"),
+CATEGORIES = {"casts": ("aten::_to_copy",),
+              "matmuls": ("aten::mm", "aten::addmm", "aten::bmm", "aten::convolution"),
               "optimizer": ("Optimizer.step",), "data loading": ("enumerate(DataLoader)",),
               "syncs": ("aten::item",)}
 

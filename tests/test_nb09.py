@@ -128,3 +128,9 @@ def test_the_judge_accepts_a_single_cast(right):
 def test_exercise_09_2_counts_five_layers():
     assert solution("09.2") == 23  # 11 forward (input, 5 weights, 5 biases) + .float() + 11 back
     assert feedback("09.2", 23) is None and feedback("09.2", 15) is not None
+
+
+def test_a_convolution_counts_with_the_matmuls():
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    _, shares = lab.profile_step(lambda: F.conv2d(x, w), steps=2)
+    assert shares["matmuls"][0] == 1 and shares["casts"][0] == 0
