@@ -1,0 +1,147 @@
+"""Notebook 09's scaffolding: a training step to time and profile, the profile read as shares of
+the step, a data set that is slow to read, and a recurrent loop for exercise 09.1."""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .device import quiet_native_stderr
+
+# A profile event's category: that of its outermost matching event (the optimizer's own casts
+# belong to the optimizer).
+CATEGORIES = {"casts": ("aten::_to_copy",),
+              "matmuls": ("aten::mm", "aten::addmm", "aten::bmm", "aten::convolution"),
+              "optimizer": ("Optimizer.step",), "data loading": ("enumerate(DataLoader)",),
+              "syncs": ("aten::item",)}
+
+
+def mlp(width: int, depth: int = 3, seed: int = 0) -> nn.Sequential:
+    """``depth`` Linear(width, width) layers with a ReLU between them, seeded."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def batch(rows: int, width: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
+
+
+def _forever(batches):
+    while True:
+        yield from batches
+
+
+class Step:
+    """One training step: autocast forward (``dtype`` None: float32), an MSE loss computed in
+    float32, backward, AdamW. ``data``: one (input, target) pair, or batches (a DataLoader) re-read;
+    ``sync=True`` reads the loss with ``.item()`` each step, as a logging loop does."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype | None, data, *, sync: bool = False):
+        self.model, self.dtype, self.sync = model, dtype, sync
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.batches = itertools.repeat(data) if isinstance(data, tuple) else _forever(data)
+
+    def __call__(self) -> torch.Tensor:
+        x, y = next(self.batches)
+        with torch.autocast("cpu", dtype=self.dtype or torch.bfloat16,
+                            enabled=self.dtype is not None):
+            loss = F.mse_loss(self.model(x).float(), y)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.sync:
+            loss.item()  # what printing or logging the loss does
+        return loss
+
+
+def _category(event) -> str | None:
+    return next((name for name, prefixes in CATEGORIES.items()
+                 if event.name.startswith(prefixes)), None)
+
+
+def profile_step(step: Callable[[], object], steps: int = 3):
+    """Profile ``steps`` calls of ``step`` (after one warm-up call). Returns the profiler and, per
+    category, (events per step, share of the step's CPU time); "other" is the rest."""
+    step()
+    with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            with record_function("step"):
+                step()
+    total, counts, times = 0.0, dict.fromkeys(CATEGORIES, 0), dict.fromkeys(CATEGORIES, 0.0)
+    for event in prof.events():
+        if event.name == "step":
+            total += event.cpu_time_total
+            continue
+        name, parent = _category(event), event.cpu_parent
+        while name and parent is not None and parent.name != "step":
+            name = None if _category(parent) else name  # counted in an outer event
+            parent = parent.cpu_parent
+        if name:
+            counts[name] += 1
+            times[name] += event.cpu_time_total
+    shares = {name: (counts[name] / steps, times[name] / total) for name in CATEGORIES}
+    shares["other"] = (float("nan"), 1 - sum(share for _, share in shares.values()))
+    return prof, shares
+
+
+def shares_line(shares: dict[str, tuple[float, float]]) -> str:
+    return ", ".join(f"{name} {share:.0%}" + ("" if count != count else f" ({count:.3g}/step)")
+                     for name, (count, share) in shares.items() if share >= 0.005 or count > 0)
+
+
+class SlowPairs(torch.utils.data.Dataset):
+    """``n`` seeded (input, target) rows; reading one takes ``delay`` s more (a sleep standing in
+    for decoding a file from disk: the same on every machine, and it leaves the CPU free)."""
+
+    def __init__(self, n: int, width: int, delay: float, seed: int = 0):
+        (self.x, self.y), self.delay = batch(n, width, seed), delay
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.delay)
+        return self.x[i], self.y[i]
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.seen.append((func.overloadpacket.__name__, tuple(out.shape), out.dtype))
+        return out
+
+
+def ops(fn: Callable[[], object]) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """(name, shape, dtype) of each ATen op ``fn()`` dispatches with a tensor result, in order
+    (below autocast: its casts are ``_to_copy``; forward and backward)."""
+    with _Ops() as mode:
+        fn()
+    return mode.seen
+
+
+def casts(fn: Callable[[], object]) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """The (shape, dtype) of the result of every cast that ``fn()`` dispatches."""
+    return [(shape, dtype) for name, shape, dtype in ops(fn) if name in ("_to_copy", "to")]
+
+
+def recurrent_setup(width: int = 32, steps: int = 8, seed: int = 0):
+    """Exercise 09.1: a seeded cell ``Linear(2 * width, width)`` and ``steps`` inputs (batch 4)."""
+    torch.manual_seed(seed)
+    cell = nn.Linear(2 * width, width)
+    inputs = torch.randn(steps, 4, width, generator=torch.Generator().manual_seed(seed + 1))
+    return cell, inputs
