@@ -78,3 +78,17 @@ def test_every_judge_of_notebooks_00_to_04_answers_with_why_not():
         judge = solution(key)
         assert hasattr(judge, "why_not") and type(judge).__eq__ is object.__eq__  # judged by running, not ==
         assert judge.why_not(None) is not None and judge.why_not(0.5) is not None
+
+
+def test_judges_run_in_a_clean_state_whatever_ran_before():
+    """The expected behaviour is computed from fixed seeds, and the learner's global generator is left alone."""
+    from helpers.solutions import nb02, nb03, nb04
+
+    right = {"02.4": nb02.AttentionPool, "03.1": nb03.train_five_steps, "03.2": nb03.NearestCentre,
+             "03.3": nb03.train_detector, "04.3": nb04.unscale_then_clip,
+             "04.4": (nb04.save_with_scaler, nb04.load_with_scaler), "04.5": nb04.make_run}
+    for seed, (key, answer) in enumerate(right.items()):
+        torch.manual_seed(1000 + seed)  # any earlier cell's seed
+        state = torch.get_rng_state()
+        assert feedback(key, answer) is None, key
+        assert torch.equal(torch.get_rng_state(), state), key

@@ -129,6 +129,18 @@ def test_02_4_wrong_repairs_fail_with_the_condition_they_break(name):
     assert reason in feedback("02.4", pool_variant(repair))
 
 
+def test_02_4_a_float32_computation_cast_back_to_float16_still_fails_on_the_empty_row():
+    from helpers.solutions.nb02 import AttentionPool
+
+    class CastTheResult(AttentionPool):  # the -1e9 mask kept in float32, the result cast to the module's dtype
+        def forward(self, features, pad):
+            weights = torch.softmax(self.score(features).squeeze(-1).float() + pad * -1e9, dim=-1)
+            return (weights.unsqueeze(-1) * features.float()).sum(dim=1).to(features.dtype)
+
+    assert feedback("02.4", CastTheResult) == ("a fully padded row still averages its padding (section 5: give a "
+                                               "row with no token zero weights)")
+
+
 def test_02_4_answers_that_are_not_a_class_are_told_so():
     from helpers.solutions.nb02 import AttentionPool, pool_inputs
 

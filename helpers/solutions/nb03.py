@@ -33,7 +33,8 @@ class Judge:
                       else True)  # another kind: the check looks at it
         if not right_kind:
             return f"the answer should be your repaired {self.kind} {self.name} itself"
-        return self.check(answer)
+        with torch.random.fork_rng(devices=[]):  # seeded runs; the caller's generator left alone
+            return self.check(answer)
 
     def __repr__(self) -> str:
         return f"<a judge of your repaired {self.kind} {self.name}>"
