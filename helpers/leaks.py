@@ -104,8 +104,7 @@ def find_dtype_leaks(fn: Callable[[], Any], dtype: torch.dtype) -> LeakReport:
             return None
 
     result, records = record_ops(guarded)
-    leaks = []
-    off_dtype = 0
+    leaks, off_dtype = [], 0
     for index, record in enumerate(records):
         kind = classify(record, dtype)
         if kind is not None:

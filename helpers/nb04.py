@@ -41,8 +41,7 @@ def capture_gradients(model: nn.Module, inputs: torch.Tensor, labels: torch.Tens
     finally:
         for hook in hooks:
             hook.remove()
-    grads = [p.grad.detach().flatten().float().cpu() for p in model.parameters()
-             if p.grad is not None]
+    grads = [p.grad.flatten().float().cpu() for p in model.parameters() if p.grad is not None]
     return {"activation": torch.cat(caught), "parameter": torch.cat(grads)}
 
 
@@ -202,10 +201,9 @@ def update_norm(step_fn: Callable[..., None], max_norm: float = CLIP_NORM,
     net = clipping_net(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
     scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**16)
-    before = [p.detach().clone() for p in net.parameters()]
+    before = nn.utils.parameters_to_vector(net.parameters()).detach().clone()
     step_fn(net, optimizer, scaler, faint_loss(net)[0], max_norm)
-    changes = [(b - p.detach()).flatten() for b, p in zip(before, net.parameters())]
-    return torch.cat(changes).norm().item()
+    return (before - nn.utils.parameters_to_vector(net.parameters()).detach()).norm().item()
 
 
 class TrainingState(NamedTuple):

@@ -126,5 +126,4 @@ def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch
             chunks.append(model(x).float().cpu())
     logits = torch.cat(chunks)
     predictions = logits.argmax(dim=1)
-    accuracy = (predictions == labels).float().mean().item()
-    return EvalResult(accuracy=accuracy, logits=logits, predictions=predictions)
+    return EvalResult((predictions == labels).float().mean().item(), logits, predictions)
