@@ -1,9 +1,6 @@
-"""Checkable exercises: ``check("00.1", answer)`` compares an answer with a solution computed by
-the functions of ``helpers/solutions/nbNN.py`` (never typed in); ``TOLERANCES`` for rounded ones.
-
-A fix-the-code exercise's solution is a *judge*: an object whose ``why_not(answer)`` runs the
-learner's repaired code on inputs where the bug bites and returns ``None`` when every condition
-holds, else one line naming the first condition that failed (never the answer)."""
+"""Checkable exercises: ``check("00.1", answer)`` compares an answer with the solution computed in
+``helpers/solutions/nbNN.py``; a fix-the-code exercise's solution is a *judge*: ``why_not(answer)``
+runs the learner's code where the bug bites, returns None or the first failed condition."""
 from __future__ import annotations
 
 import importlib
@@ -45,7 +42,11 @@ def plain(answer: Any) -> Any:
 def _mismatch(answer: Any, expected: Any, rel_tol: float) -> str | None:
     """None if ``answer`` matches the computed ``expected``, else what is wrong, in one line."""
     if hasattr(expected, "why_not"):  # a judge: runs the learner's code
-        return expected.why_not(answer)
+        try:
+            return expected.why_not(answer)
+        except Exception as error:  # noqa: BLE001 - the learner's code failed: say how, never raise
+            first = (str(error).splitlines() or [""])[0]
+            return f"running your code raised {type(error).__name__}: {first}"
     number = isinstance(answer, (int, float)) and not isinstance(answer, bool)
     if isinstance(expected, bool):  # 0 is not False: a yes/no question wants True or False
         if not isinstance(answer, bool):
@@ -70,15 +71,13 @@ def feedback(key: str, answer: Any, rel_tol: float | None = None) -> str | None:
 
 
 def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
-    """True/False, or None if not answered yet: integer answers (counts, bytes) exact, yes/no ones
-    booleans, other numbers within ``rel_tol`` (default: :func:`tolerance`); a one-element tensor
-    counts as its number."""
+    """True/False, or None if not answered yet (integers exact, yes/no answers booleans, other
+    numbers within ``rel_tol``, default :func:`tolerance`; a one-element tensor is its number)."""
     return None if answer is None else feedback(key, answer, rel_tol) is None
 
 
 def check(key: str, answer: Any, rel_tol: float | None = None) -> None:
-    """Print whether ``answer`` solves exercise ``key`` and, if not, the first condition that failed
-    (see :func:`feedback`); returns nothing, so a notebook cell shows only the verdict."""
+    """Print whether ``answer`` solves exercise ``key`` and, if not, the first failed condition."""
     if answer is None:
         print(f"Exercise {key}: not answered yet. Replace None with your answer and run this cell "
               "again.")

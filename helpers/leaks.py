@@ -1,12 +1,6 @@
-"""Find dtype leaks: the operations that pull a half-precision run back to float32 (or elsewhere).
-
-A ``.half()``/``.bfloat16()`` model should compute in that dtype throughout, but tensors created in
-``forward`` without ``dtype=`` (``torch.zeros``, ``torch.full``, ``torch.arange(...) * 0.5``) are
-float32: they crash the next matmul or silently promote what follows. :func:`find_dtype_leaks` runs
-the code once under :func:`helpers.dtype_trace.record_ops` and names those operations (not meant
-for autocast, whose float32 islands are deliberate). It sees only the operations that ran: a branch
-not taken is invisible. Taught in notebook 02 §6.
-"""
+"""Find dtype leaks: the operations that pull a half-precision run back to float32 (tensors made in
+``forward`` without ``dtype=``, mixes, casts), in one run under :func:`record_ops` (not meant for
+autocast, whose float32 islands are deliberate). Only the path that ran is seen. Notebook 02 §6."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,10 +40,9 @@ class Leak:
 
 
 def classify(record: OpRecord, dtype: torch.dtype) -> str | None:
-    """The kind of leak ``record`` is in a run meant to compute in ``dtype``, or None: "mixes"
-    (floating inputs of several dtypes), "creates" (no floating input, or a ``torch.tensor``
-    constant, and a result of another floating dtype), "casts" (all inputs ``dtype``, the result,
-    its first floating output, not). An op whose inputs share another dtype only carries a leak."""
+    """The kind of leak ``record`` is in a ``dtype`` run, or None: "mixes" (floating inputs of
+    several dtypes), "creates" (no floating input or a constant, another floating result), "casts"
+    (inputs ``dtype``, the first floating output not). Inputs sharing another dtype carry a leak."""
     inputs = set(record.input_dtypes)
     if len(inputs) > 1:
         return "mixes"
@@ -79,8 +72,7 @@ class LeakReport:
         return not self.leaks and self.off_dtype_ops == 0 and self.error is None
 
     def format(self, error_message: bool = True) -> str:
-        """The report as text; ``error_message=False`` names only an error's type (its message may
-        differ between PyTorch versions)."""
+        """The report as text; ``error_message=False`` names only an error's type."""
         leaks = f"{len(self.leaks)} leak{'' if len(self.leaks) == 1 else 's'}"
         lines = [f"{_name(self.dtype)} run: {self.op_count} ops, {leaks}, "
                  f"{self.off_dtype_ops} returned another floating dtype"]
@@ -96,11 +88,8 @@ class LeakReport:
 
 
 def find_dtype_leaks(fn: Callable[[], Any], dtype: torch.dtype) -> LeakReport:
-    """Run ``fn()`` once and report the operations that leave ``dtype`` (see :func:`classify`).
-
-    An exception from ``fn()`` does not propagate: the report keeps the operations up to it and the
-    error's first line (the leak behind a crash usually comes a few ops before it). Notebook 02 §6.
-    """
+    """Run ``fn()`` once and report the operations that leave ``dtype`` (see :func:`classify`); an
+    exception does not propagate: the report keeps the ops up to it and its first line."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float16, not "
                         f"{dtype!r}")
@@ -115,8 +104,7 @@ def find_dtype_leaks(fn: Callable[[], Any], dtype: torch.dtype) -> LeakReport:
             return None
 
     result, records = record_ops(guarded)
-    leaks = []
-    off_dtype = 0
+    leaks, off_dtype = [], 0
     for index, record in enumerate(records):
         kind = classify(record, dtype)
         if kind is not None:

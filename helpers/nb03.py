@@ -1,5 +1,4 @@
-"""Notebook 03's scaffolding: section 4's float32-vs-autocast training comparison (float32 strict,
-no TF32 on a GPU; float16 autocast with a ``GradScaler``, as the recipe says)."""
+"""Notebook 03's scaffolding: section 4's float32-vs-autocast training comparison."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,8 +71,8 @@ class TrainingComparison:
 def compare_training(device: torch.device, amp_dtype: torch.dtype, *, examples: int,
                      test_examples: int, epochs: int = 2, batch_size: int = 32,
                      max_lr: float = 2e-2) -> TrainingComparison:
-    """Train ``ShapesCNN`` from seed 0 on ``examples`` training images twice, in float32 and under
-    autocast in ``amp_dtype`` (AdamW, one-cycle schedule); test each on ``test_examples`` images."""
+    """Train ``ShapesCNN`` from seed 0 twice, float32 and autocast in ``amp_dtype`` (a scaler for
+    float16; AdamW, one-cycle schedule), and test each on ``test_examples`` images."""
     train_set = shapes_dataset("train", n=examples)
     test_set = shapes_dataset("test", n=test_examples)
     logs, accuracy = {}, {}

@@ -1,12 +1,8 @@
-"""Notebook 04's scaffolding (GradScaler): real gradients against float16's range, the faint task.
-
-The *faint task*: a tiny ``Linear -> ReLU -> Linear`` network learns a faint copy of its input (the
-input times :data:`FAINT_FACTOR`, the loss a mean over 4096 outputs), so its gradients lie below
-float16's smallest subnormal unless the loss is scaled. float16: autocast, float32 parameters.
-"""
+"""Notebook 04's scaffolding (GradScaler): real gradients against float16's range, and the *faint
+task*, where a tiny network learns its input times :data:`FAINT_FACTOR` (an MSE over 4096 outputs),
+so its float16 gradients underflow unless the loss is scaled."""
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -27,9 +23,8 @@ Device = str | torch.device
 def capture_gradients(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *,
                       amp_dtype: torch.dtype | None = None, loss_scale: float = 1.0
                       ) -> dict[str, torch.Tensor]:
-    """Backward of the cross-entropy (autocast in ``amp_dtype``, else strict float32) times
-    ``loss_scale``: gradients of each :data:`GRADIENT_MODULES` output ("activation", zeros kept) and
-    every ``.grad`` ("parameter"), flat float32 on the CPU."""
+    """Gradients of the cross-entropy times ``loss_scale`` (autocast in ``amp_dtype``, else strict
+    float32) of each :data:`GRADIENT_MODULES` output ("activation") and parameter ("parameter")."""
     caught: list[torch.Tensor] = []
 
     def keep_output_grad(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
@@ -46,14 +41,12 @@ def capture_gradients(model: nn.Module, inputs: torch.Tensor, labels: torch.Tens
     finally:
         for hook in hooks:
             hook.remove()
-    grads = [p.grad.detach().flatten().float().cpu() for p in model.parameters()
-             if p.grad is not None]
+    grads = [p.grad.flatten().float().cpu() for p in model.parameters() if p.grad is not None]
     return {"activation": torch.cat(caught), "parameter": torch.cat(grads)}
 
 
 class Fractions(NamedTuple):
-    """Shares of non-zero values, stored (times a loss scale) in a 16-bit dtype, that round to 0,
-    land below the smallest normal number (subnormal or 0: bits lost), or overflow to inf."""
+    """Shares of non-zero values stored in a 16-bit dtype that round to 0, are subnormal, or inf."""
 
     zero: float
     below_normal: float
@@ -62,14 +55,12 @@ class Fractions(NamedTuple):
 
 def fractions(values: torch.Tensor, dtype: torch.dtype = torch.float16, scale: float = 1.0
               ) -> Fractions:
-    """:class:`Fractions` of the non-zero ``values`` when ``values * scale`` (exact, in float64) is
-    stored as ``dtype``: only the dtype's range decides, not a kernel."""
+    """:class:`Fractions` of the non-zero ``values`` once ``values * scale`` is stored as dtype."""
     if not dtype.is_floating_point:
         raise TypeError(f"{dtype} is not a floating-point dtype")
     if not scale > 0:
         raise ValueError(f"scale must be positive, not {scale}")
-    exact = values.detach().flatten().double()
-    exact = exact[exact != 0]
+    exact = values.detach().double()[values.detach() != 0]  # flat
     if exact.numel() == 0:
         raise ValueError("values has no non-zero entry: nothing to measure")
     stored = (exact * scale).to(dtype).abs()
@@ -92,8 +83,7 @@ def underflow_table(grads: dict[str, torch.Tensor], scales: tuple[float, ...] = 
 
 def plot_gradient_magnitudes(grads: dict[str, torch.Tensor], dtype: torch.dtype = torch.float16,
                              loss_scale: float = 2.0**16) -> None:
-    """Histograms of log2 |gradient| per kind (zeros left out) against ``dtype``'s range, and where
-    the zero band ends once the loss is multiplied by ``loss_scale``."""
+    """Histograms of log2 |gradient| per kind against ``dtype``'s range and ``loss_scale``."""
     import matplotlib.pyplot as plt
 
     info, name = torch.finfo(dtype), str(dtype).removeprefix("torch.")
@@ -124,8 +114,7 @@ def faint_data(device: Device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def faint_net(device: Device = "cpu") -> nn.Sequential:
-    """The faint task's network in float32, seeded; its last layer starts at zero (as output layers
-    often do), so its output starts at exactly 0."""
+    """The faint task's float32 network, seeded; its last layer starts at zero (output 0)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
     nn.init.zeros_(net[2].weight)
@@ -147,8 +136,8 @@ def faint_loss(net: nn.Module, amp_dtype: torch.dtype | None = torch.float16
 def faint_step(net: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                amp_dtype: torch.dtype | None = torch.float16, inject: float | None = None
                ) -> tuple[float, float]:
-    """One recipe step on the faint task, ``inject`` (inf or NaN) written into one gradient element
-    if given. Returns the loss and the share of the output's gradients that are exactly 0."""
+    """One recipe step on the faint task, ``inject`` (inf/NaN) written into one gradient if given:
+    the loss and the share of the output's gradients that are exactly 0."""
     optimizer.zero_grad(set_to_none=True)
     loss, output = faint_loss(net, amp_dtype)
     output.retain_grad()
@@ -174,8 +163,7 @@ class FaintRun:
 
 def train_faint(amp_dtype: torch.dtype | None, use_scaler: bool, steps: int = 30,
                 device: Device = "cpu") -> FaintRun:
-    """``steps`` Adam steps on a fresh :func:`faint_net`: float32 (``amp_dtype=None``) or autocast,
-    with a ``GradScaler`` or without one (``enabled=False`` passes everything through)."""
+    """``steps`` Adam steps of a fresh :func:`faint_net` (``amp_dtype=None``: float32)."""
     net = faint_net(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=FAINT_LR)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=use_scaler)
@@ -185,7 +173,7 @@ def train_faint(amp_dtype: torch.dtype | None, use_scaler: bool, steps: int = 30
 
 
 def plot_lines(lines: dict[str, list[float]], ylabel: str, title: str, base: float = 10) -> None:
-    """One line per entry against the step, log scale with ``base`` (2: drawn as a staircase)."""
+    """One line per entry against the step, log scale in ``base`` (2: a staircase)."""
     import matplotlib.pyplot as plt
 
     _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
@@ -198,16 +186,8 @@ def plot_lines(lines: dict[str, list[float]], ylabel: str, title: str, base: flo
     plt.show()
 
 
-def fp16_training_ratio(net: nn.Module, optimizer: torch.optim.Optimizer,
-                        scaler: torch.amp.GradScaler, steps: int = 30) -> float:
-    """Last loss / first loss of ``steps`` float16 recipe steps on the faint task."""
-    losses = [faint_step(net, optimizer, scaler)[0] for _ in range(steps)]
-    return losses[-1] / losses[0]
-
-
 def clipping_net(device: Device = "cpu") -> nn.Sequential:
-    """The clipping experiments' network: :func:`faint_net` with a non-zero last layer (0.01), so
-    that every layer has a gradient."""
+    """:func:`faint_net` with a last layer of 0.01, so that every layer has a gradient."""
     net = faint_net(device)
     with torch.no_grad():
         net[2].weight.fill_(0.01)
@@ -216,15 +196,14 @@ def clipping_net(device: Device = "cpu") -> nn.Sequential:
 
 def update_norm(step_fn: Callable[..., None], max_norm: float = CLIP_NORM,
                 device: Device = "cpu") -> float:
-    """The norm of the SGD update (learning rate 1) that ``step_fn(model, optimizer, scaler, loss,
-    max_norm)`` makes from a float16-autocast loss, scaler at 2^16. Clipped right: ``max_norm``."""
+    """The norm of the SGD update (lr 1) ``step_fn(model, optimizer, scaler, loss, max_norm)`` makes
+    from a float16-autocast loss, scaler at 2^16: ``max_norm`` when clipped right."""
     net = clipping_net(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
     scaler = torch.amp.GradScaler(torch.device(device).type, init_scale=2.0**16)
-    before = [p.detach().clone() for p in net.parameters()]
+    before = nn.utils.parameters_to_vector(net.parameters()).detach().clone()
     step_fn(net, optimizer, scaler, faint_loss(net)[0], max_norm)
-    changes = [(b - p.detach()).flatten() for b, p in zip(before, net.parameters())]
-    return torch.cat(changes).norm().item()
+    return (before - nn.utils.parameters_to_vector(net.parameters()).detach()).norm().item()
 
 
 class TrainingState(NamedTuple):
@@ -237,7 +216,7 @@ class TrainingState(NamedTuple):
 
 
 def fresh_state(device: Device = "cpu", growth_interval: int = 3) -> TrainingState:
-    """A new faint-task run: network, Adam, ``StepLR``, a scaler with a short growth interval."""
+    """A new faint-task run: network, Adam, ``StepLR``, a scaler (short growth interval)."""
     net = faint_net(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=FAINT_LR)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
@@ -258,19 +237,3 @@ def same_run(a: TrainingState, b: TrainingState) -> bool:
     """Bit-for-bit the same weights and optimizer state (Adam's step count and moments)."""
     return (same_state(snapshot(a.model), snapshot(b.model))
             and same_state(optimizer_snapshot(a.optimizer), optimizer_snapshot(b.optimizer)))
-
-
-def resumed_scale(save: Callable[..., dict], load: Callable[..., None], steps: int = 7,
-                  device: Device = "cpu") -> float:
-    """The scale of a run resumed after ``steps`` steps: ``save(model, optimizer, scaler)`` makes
-    the checkpoint (through ``torch.save``/``torch.load(weights_only=True)``), ``load(checkpoint,
-    model, optimizer, scaler)`` fills fresh objects."""
-    run = fresh_state(device)
-    train_steps(run, steps)
-    buffer = io.BytesIO()
-    torch.save(save(run.model, run.optimizer, run.scaler), buffer)
-    buffer.seek(0)
-    checkpoint = torch.load(buffer, weights_only=True)
-    resumed = fresh_state(device)
-    load(checkpoint, resumed.model, resumed.optimizer, resumed.scaler)
-    return resumed.scaler.get_scale()

@@ -15,7 +15,7 @@ from .device import check_autocast_dtype, strict_fp32
 
 @dataclass
 class TrainLog:
-    """What a training run recorded: the loss of every step, the scaler's scale, the wall time."""
+    """What a training run recorded per step, and its wall time."""
 
     losses: list[float] = field(default_factory=list)
     scales: list[float] = field(default_factory=list)  # GradScaler.get_scale() after each update
@@ -35,8 +35,8 @@ def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> to
 def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
              optimizer: torch.optim.Optimizer, *, amp_dtype: torch.dtype | None = None,
              scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step of the course's recipe, returning (loss, logits): forward and cross-entropy under
-    autocast (``amp_dtype``), backward outside it, through ``scaler`` if given. Notebook 03."""
+    """One recipe step (notebook 03): forward and cross-entropy under autocast in ``amp_dtype``,
+    backward outside it, through ``scaler`` if given; returns (loss, logits)."""
     optimizer.zero_grad(set_to_none=True)
     with torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32,
                             enabled=amp_dtype is not None):
@@ -53,8 +53,8 @@ def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
 
 
 def skipped_by_scaler(scale_before: float, scale_after: float) -> bool:
-    """Whether the ``GradScaler`` step between two ``get_scale()`` readings skipped the optimizer:
-    ``update()`` lowers the scale exactly then, never after a clean step. Notebook 04 §4."""
+    """Whether a ``GradScaler`` step skipped the optimizer: ``update()`` lowers the scale exactly
+    then (notebook 04 §4)."""
     return scale_after < scale_before
 
 
@@ -62,9 +62,8 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
           max_steps: int | None = None) -> TrainLog:
-    """Train ``model`` (on its parameters' device) on ``batches`` of (inputs, labels) with
-    :func:`amp_step`, strict float32 outside autocast (no TF32 on a GPU). ``scaler``: fp16 only.
-    ``scheduler`` steps after each optimizer step that ran, not after a skip. Notebook 03 §4."""
+    """Train ``model`` on ``batches`` of (inputs, labels) with :func:`amp_step`, strict float32
+    outside autocast; ``scheduler`` steps only after optimizer steps that ran. Notebook 03 §4."""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
@@ -110,8 +109,8 @@ class EvalResult:
 def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch_size: int = 500,
              input_dtype: torch.dtype | None = None,
              amp_dtype: torch.dtype | None = None) -> EvalResult:
-    """Evaluate ``model`` on a ``TensorDataset`` in eval mode, under inference_mode, the inputs cast
-    to ``input_dtype`` (half model) or autocast (``amp_dtype``); float32 logits. Notebook 01."""
+    """Evaluate ``model`` on a ``TensorDataset`` under inference_mode, inputs cast to
+    ``input_dtype`` (a half model) or autocast in ``amp_dtype``; float32 logits. Notebook 01."""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
@@ -127,5 +126,4 @@ def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch
             chunks.append(model(x).float().cpu())
     logits = torch.cat(chunks)
     predictions = logits.argmax(dim=1)
-    accuracy = (predictions == labels).float().mean().item()
-    return EvalResult(accuracy=accuracy, logits=logits, predictions=predictions)
+    return EvalResult((predictions == labels).float().mean().item(), logits, predictions)

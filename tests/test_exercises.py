@@ -1,7 +1,8 @@
 import pytest
+import torch
 
 import helpers
-from helpers.exercises import grade, solution
+from helpers.exercises import feedback, grade, solution
 
 
 def test_solutions_of_notebook_00():
@@ -42,3 +43,52 @@ def test_counts_and_yes_no_answers_are_exact():
     for key in yes_no:
         right = solution(key)
         assert grade(key, right) is True and grade(key, int(right)) is False and grade(key, not right) is False
+
+
+def test_a_zero_dim_tensor_counts_as_its_number_and_check_never_raises(capsys):
+    total = torch.zeros((), dtype=torch.bfloat16)
+    for _ in range(1000):
+        total = total + 1  # notebook 00's exercise, answered without .item()
+    assert total.dim() == 0 and feedback("00.1", total) is None and grade("00.1", total) is True
+    helpers.check("00.1", total)
+    assert "correct!" in capsys.readouterr().out
+    assert grade("00.1", torch.tensor([256.0])) is True          # any one-element tensor
+    for odd in (torch.ones(2), "256", [256], object(), torch.ones(3, device="meta")):
+        helpers.check("00.1", odd)                               # a verdict, never an exception
+        assert "not yet" in capsys.readouterr().out
+
+
+def test_a_bool_tensor_counts_as_a_yes_no_answer():
+    key = next(key for key in ("05.3", "06.2", "06.3") if isinstance(solution(key), bool))
+    right = solution(key)
+    assert grade(key, torch.tensor(right)) is True and grade(key, torch.tensor(not right)) is False
+    assert feedback(key, torch.tensor(1)) == "the answer should be True or False, not int"
+
+
+def test_a_judge_whose_learner_code_raises_reports_it_in_one_line():
+    def broken(losses):
+        raise ValueError("first line\nsecond line")
+
+    assert feedback("00.4", broken) == "running your code raised ValueError: first line"
+    assert feedback("00.4", 2.3) == "the answer should be your repaired function itself (answer_4 = mean_of)"
+
+
+def test_every_judge_of_notebooks_00_to_04_answers_with_why_not():
+    for key in ("00.4", "02.4", "03.1", "03.2", "03.3", "04.3", "04.4", "04.5"):
+        judge = solution(key)
+        assert hasattr(judge, "why_not") and type(judge).__eq__ is object.__eq__  # judged by running, not ==
+        assert judge.why_not(None) is not None and judge.why_not(0.5) is not None
+
+
+def test_judges_run_in_a_clean_state_whatever_ran_before():
+    """The expected behaviour is computed from fixed seeds, and the learner's global generator is left alone."""
+    from helpers.solutions import nb02, nb03, nb04
+
+    right = {"02.4": nb02.AttentionPool, "03.1": nb03.train_five_steps, "03.2": nb03.NearestCentre,
+             "03.3": nb03.train_detector, "04.3": nb04.unscale_then_clip,
+             "04.4": (nb04.save_with_scaler, nb04.load_with_scaler), "04.5": nb04.make_run}
+    for seed, (key, answer) in enumerate(right.items()):
+        torch.manual_seed(1000 + seed)  # any earlier cell's seed
+        state = torch.get_rng_state()
+        assert feedback(key, answer) is None, key
+        assert torch.equal(torch.get_rng_state(), state), key

@@ -10,7 +10,7 @@ import torch
 import helpers
 from torch import nn
 
-from helpers.exercises import grade, solution, tolerance
+from helpers.exercises import feedback, grade, solution, tolerance
 
 
 def test_02_1_bfloat16_and_float16_promote_to_float32():
@@ -45,57 +45,143 @@ def test_02_3_wrong_positions_in_fp16_arange():
     assert grade("02.3", 1024) is True and grade("02.3", 2048) is False
 
 
-def _exercise_02_4(pool_class) -> torch.Tensor:
-    """The check cell of exercise 02.4, with ``pool_class`` in place of the notebook's AttentionPool."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        pool = pool_class().half()
-    features = torch.rand(2, 5, 8, generator=torch.Generator().manual_seed(2)).half()
-    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
-    with torch.inference_mode():
-        return pool(features, padding)
-
-
-def test_02_4_the_wrong_repairs_are_rejected_and_the_fix_accepted():
+def given_class(name: str) -> type:
+    """The class ``name`` exactly as notebook 02's exercise cell defines it (the learner's start)."""
+    import ast
     import json
     from pathlib import Path
 
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "02_dtype_following_tensors.ipynb"
+    for cell in json.loads(path.read_text())["cells"]:
+        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
+        for node in tree.body if tree else []:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                namespace = {"torch": torch, "nn": nn}
+                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
+                return namespace[name]
+    raise LookupError(name)
+
+
+def pool_variant(weights_of):
+    """An AttentionPool whose forward computes ``weights_of(self, scores, pad, features)`` and pools."""
     from helpers.solutions.nb02 import AttentionPool
 
-    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" /
-                        "02_dtype_following_tensors.ipynb").read_text())["cells"]
-    given = ["".join(c["source"]) for c in cells if "class AttentionPool" in "".join(c["source"])]
-    assert len(given) == 1
-    namespace = {"torch": torch, "nn": nn}
-    exec(given[0], namespace)  # the broken code, as the learner receives it
-    broken = namespace["AttentionPool"]
-    output = _exercise_02_4(broken)
+    class Variant(AttentionPool):
+        def forward(self, features, pad):
+            weights = weights_of(self, self.score(features).squeeze(-1), pad, features)
+            return (weights.unsqueeze(-1) * features).sum(dim=1)
+    return Variant
+
+
+def _softmax(scores):
+    return torch.softmax(scores, dim=-1)
+
+
+def _min(scores):
+    return torch.finfo(scores.dtype).min
+
+
+WRONG_02_4 = {  # name: (repair, the first failed condition check names)
+    "-inf buffer, masked_fill": (lambda m, s, pad, f: _softmax(s.masked_fill(pad, m.big_negative)),
+                                 "a fully padded row still gives NaN"),
+    "float('-inf') fill": (lambda m, s, pad, f: _softmax(s.masked_fill(pad, float("-inf"))),
+                           "a fully padded row still gives NaN"),
+    "finfo.min added (overflows to -inf)": (lambda m, s, pad, f: _softmax(s + pad.to(s.dtype) * _min(s)),
+                                            "a fully padded row still gives NaN"),
+    "clamp of the -inf buffer": (lambda m, s, pad, f: _softmax(s + pad * m.big_negative.clamp(min=_min(s))),
+                                 "a fully padded row still gives NaN"),
+    "finfo.min fill, empty row left uniform": (lambda m, s, pad, f: _softmax(s.masked_fill(pad, _min(s))),
+                                               "a fully padded row still averages its padding"),
+    "nan_to_num around the broken line": (lambda m, s, pad, f: torch.nan_to_num(_softmax(s + pad * m.big_negative)),
+                                          "nan_to_num hides the NaN"),
+    "nan_to_num after a -inf fill": (lambda m, s, pad, f: torch.nan_to_num(_softmax(s.masked_fill(pad, float("-inf")))),
+                                     "nan_to_num hides the NaN"),
+    "mask line deleted": (lambda m, s, pad, f: _softmax(s), "the padding is not ignored"),
+    "negated scores": (lambda m, s, pad, f: _softmax((-s).masked_fill(pad, _min(s))).masked_fill(pad, 0),
+                       "not the softmax-weighted mean"),
+    "5x scores": (lambda m, s, pad, f: _softmax((5 * s).masked_fill(pad, _min(s))).masked_fill(pad, 0),
+                  "not the softmax-weighted mean"),
+    "float32 -1e9 (a leak)": (lambda m, s, pad, f: _softmax(s.float() + pad * -1e9),
+                              "the float16 module returns float32"),
+    "float16 hard-coded": (lambda m, s, pad, f: _softmax(s.half().masked_fill(pad, -65504.0)).masked_fill(pad, 0),
+                           "in float32, "),  # its float16 rounding shows
+    "zero weights after a NaN (multiplied)": (lambda m, s, pad, f: _softmax(s + pad * m.big_negative) * ~pad,
+                                              "rows with real tokens still give NaN"),
+}
+
+
+def test_02_4_the_given_class_gives_nan_and_is_rejected():
+    broken = given_class("AttentionPool")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        pool = broken().half()
+    features = torch.rand(2, 5, 8, generator=torch.Generator().manual_seed(2)).half()
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.inference_mode():
+        output = pool(features, padding)
     assert output.dtype == torch.float16 and output.isnan().all()  # 0 * fp16(-1e9) = 0 * -inf = NaN
-    assert grade("02.4", broken) is False
+    assert feedback("02.4", broken) == "rows with real tokens still give NaN or inf"
 
-    def variant(scores_of):  # an AttentionPool whose masked scores are scores_of(raw scores, pad, fill)
-        class Variant(AttentionPool):
-            def forward(self, features, pad):
-                scores = scores_of(self.score(features).squeeze(-1), pad, self.big_negative)
-                return (torch.softmax(scores, dim=-1).unsqueeze(-1) * features).sum(dim=1)
-        return Variant
 
-    class FloatIsland(AttentionPool):  # another correct repair: the softmax in float32, the result float16
+@pytest.mark.parametrize("name", WRONG_02_4)
+def test_02_4_wrong_repairs_fail_with_the_condition_they_break(name):
+    repair, reason = WRONG_02_4[name]
+    assert reason in feedback("02.4", pool_variant(repair))
+
+
+def test_02_4_a_float32_computation_cast_back_to_float16_still_fails_on_the_empty_row():
+    from helpers.solutions.nb02 import AttentionPool
+
+    class CastTheResult(AttentionPool):  # the -1e9 mask kept in float32, the result cast to the module's dtype
+        def forward(self, features, pad):
+            weights = torch.softmax(self.score(features).squeeze(-1).float() + pad * -1e9, dim=-1)
+            return (weights.unsqueeze(-1) * features.float()).sum(dim=1).to(features.dtype)
+
+    assert feedback("02.4", CastTheResult) == ("a fully padded row still averages its padding (section 5: give a "
+                                               "row with no token zero weights)")
+
+
+def test_02_4_answers_that_are_not_a_class_are_told_so():
+    from helpers.solutions.nb02 import AttentionPool, pool_inputs
+
+    features, pad = pool_inputs()
+    with torch.inference_mode():
+        number = AttentionPool()(features, pad).mean()
+    for answer in (number, number.item(), AttentionPool(), "AttentionPool"):
+        assert feedback("02.4", answer) == "the answer should be your repaired AttentionPool class itself"
+
+
+def test_02_4_right_repairs_written_differently_pass():
+    from helpers.solutions.nb02 import AttentionPool
+
+    class FloatIsland(AttentionPool):  # the softmax in float32, its weights cast back (the cause, not the result)
         def forward(self, features, pad):
             scores = self.score(features).squeeze(-1).float().masked_fill(pad, torch.finfo(torch.float32).min)
-            weights = torch.softmax(scores, dim=-1).to(features.dtype)
+            weights = torch.softmax(scores, dim=-1).masked_fill(pad, 0).to(features.dtype)
             return (weights.unsqueeze(-1) * features).sum(dim=1)
 
-    fill = lambda s, pad: s.masked_fill(pad, torch.finfo(s.dtype).min)  # noqa: E731
-    wrong = {"nan_to_num around the broken line": variant(lambda s, pad, big: torch.nan_to_num(s + pad * big)),
-             "negated scores": variant(lambda s, pad, big: fill(-s, pad)),
-             "5x scores": variant(lambda s, pad, big: fill(5 * s, pad)),
-             "mask dropped": variant(lambda s, pad, big: s),
-             "float32 -1e9 added": variant(lambda s, pad, big: s.float() + pad * -1e9)}
-    for name, pool in wrong.items():
-        assert grade("02.4", pool) is False, name
-    assert grade("02.4", _exercise_02_4(AttentionPool).float().mean().item()) is False  # a number: no class
-    assert grade("02.4", AttentionPool) is True and grade("02.4", FloatIsland) is True
+    right = [AttentionPool, FloatIsland,
+             pool_variant(lambda m, s, pad, f: _softmax(s.masked_fill(pad, float("-inf"))).masked_fill(pad, 0)),
+             pool_variant(lambda m, s, pad, f: torch.where(pad.all(-1, keepdim=True), 0.0,
+                                                           _softmax(s.masked_fill(pad, _min(s)))).to(s.dtype))]
+    for pool in right:
+        assert feedback("02.4", pool) is None, pool
+
+
+def test_02_4_check_leaves_the_global_generator_alone():
+    from helpers.solutions.nb02 import AttentionPool
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    assert grade("02.4", AttentionPool) is True
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_02_3_accepts_the_hints_zero_dim_tensor():
+    table = torch.arange(4096, dtype=torch.float16)
+    count = (table.long() != torch.arange(4096)).sum()
+    assert count.dim() == 0 and feedback("02.3", count) is None and grade("02.3", count.item()) is True
 
 
 @pytest.mark.parametrize("key", ["02.1", "02.2", "02.3", "02.4"])

@@ -1,7 +1,8 @@
 """Notebook 03: its scaffolding (helpers.nb03), its exercises' solutions and checks (solutions.nb03).
 
-The fix-the-code exercises 03.1 and 03.3 are checked by running the learner's function: each test runs the
-exercise as given and the plausible wrong repairs, and asserts that ``check`` rejects them."""
+The fix-the-code exercises (03.1, 03.3: a function; 03.2: a class) are checked by running the learner's code: each
+test feeds the exercise as given, the plausible wrong and symptom-hiding repairs, and typed numbers, and asserts the
+line ``check`` prints for each; and right repairs written differently from the solution."""
 import contextlib
 
 import pytest
@@ -11,7 +12,7 @@ from torch.nn import functional as F
 
 import helpers
 from helpers import nb03 as lab
-from helpers.exercises import solution
+from helpers.exercises import feedback, solution
 from helpers.solutions import nb03 as sol
 
 CPU = torch.device("cpu")
@@ -89,29 +90,116 @@ def test_03_1_the_wrong_repairs_are_rejected_and_the_fix_accepted():
     assert fixed[-1] < frozen[-1] * 0.95         # the fixed loop learns
     _, plain = sol.trace_03_1(five_steps("nowhere"))
     assert abs(plain[-1] - fixed[-1]) < 1e-3 * fixed[-1]  # a loss alone cannot tell float32 apart
-    for where in ("loop", "nowhere", "step"):
-        assert helpers.exercises.grade("03.1", five_steps(where)) is False, where
-    assert helpers.exercises.grade("03.1", fixed[-1]) is False  # a number is not an answer any more
-    assert helpers.exercises.grade("03.1", sol.train_five_steps) is True
-    assert helpers.exercises.grade("03.1", five_steps("step, island")) is True
+    wrong = {"loop": "backward ran inside the autocast context",
+             "nowhere": "a forward pass ran without bfloat16 autocast",
+             "step": "backward ran inside the autocast context"}
+    for where, reason in wrong.items():
+        assert feedback("03.1", five_steps(where)) == reason, where
+    for number in (fixed[-1], torch.tensor(fixed[-1]), fixed):
+        assert feedback("03.1", number) == "the answer should be your repaired function train_five_steps itself"
+    assert feedback("03.1", sol.train_five_steps) is None
+    assert feedback("03.1", five_steps("step, island")) is None  # backward and step in an island: right too
 
 
-def test_03_2_distances_under_autocast_are_rejected_and_the_float32_island_accepted():
-    class BrokenNearestCentre(sol.NearestCentre):
-        def forward(self, x):  # the exercise's broken forward: no island
-            c = self.centres
-            return -((x * x).sum(1, keepdim=True) + (c * c).sum(1) - 2 * x @ c.T)
+def test_03_1_a_function_that_steps_inside_autocast_or_forgets_the_losses_is_named():
+    def steps_inside(net, sgd, data, classes):
+        losses = []
+        for _ in range(5):
+            sgd.zero_grad()
+            with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(net(data), classes)
+            loss.backward()
+            with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+                sgd.step()
+            losses.append(loss.item())
+        return losses
 
-    centres, queries = sol.nearest_centre_data()
-    exact = torch.cdist(queries.double(), centres.double()).pow(2).min(dim=1).values.median().item()
-    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
-        broken = (-BrokenNearestCentre(centres)(queries).max(dim=1).values).median().item()
-    assert abs(broken - exact) > exact              # error larger than the distance itself
-    assert helpers.exercises.grade("03.2", broken) is False
-    fixed = solution("03.2")
-    # float32 with |x|^2 ~ 1600 and 16 terms: error ~ eps32 * 1600 * a few, far below 2 % of ~0.16
-    assert abs(fixed - exact) < 0.01 * exact
-    assert helpers.exercises.grade("03.2", fixed) is True
+    def no_losses(net, sgd, data, classes):
+        sol.train_five_steps(net, sgd, data, classes)
+        return [0.0] * 5
+
+    def swallowed(net, sgd, data, classes):  # the broken loop, its error hidden by try/except
+        try:
+            return given_function("train_five_steps")(net, sgd, data, classes)
+        except Exception:  # noqa: BLE001
+            return []
+
+    assert feedback("03.1", steps_inside) == "the optimizer stepped inside the autocast context (its casts stay cached)"
+    assert feedback("03.1", no_losses) == "it does not return the five losses of a model that learns"
+    assert feedback("03.1", swallowed) == "backward ran inside the autocast context"
+
+
+class BrokenNearestCentre(sol.NearestCentre):
+    def forward(self, x):  # the exercise's broken forward: no island
+        c = self.centres
+        return -((x * x).sum(1, keepdim=True) + (c * c).sum(1) - 2 * x @ c.T)
+
+
+def centre_variant(forward):
+    return type("Variant", (sol.NearestCentre,), {"forward": forward})
+
+
+def _island(x, c, dtype=torch.float32, device_type=None):
+    with torch.amp.autocast(device_type or x.device.type, enabled=False):
+        x, c = x.to(dtype), c.to(dtype)
+        return -((x * x).sum(1, keepdim=True) + (c * c).sum(1) - 2 * x @ c.T)
+
+
+def _island_as_is(layer, x):  # autocast off, inputs left as they come: bfloat16 queries meet float32 centres
+    with torch.amp.autocast(x.device.type, enabled=False):
+        return BrokenNearestCentre.forward(layer, x)
+
+
+WRONG_03_2 = {
+    "as given": (BrokenNearestCentre, "under autocast the matmul still runs in bfloat16"),
+    "the result cast to float32": (centre_variant(lambda self, x: BrokenNearestCentre.forward(self, x).float()),
+                                   "under autocast the matmul still runs in bfloat16"),
+    "nan_to_num of the result": (centre_variant(lambda self, x: torch.nan_to_num(BrokenNearestCentre.forward(self, x))),
+                                 "under autocast the matmul still runs in bfloat16"),
+    "an island in the input's dtype": (centre_variant(lambda self, x: _island(x, self.centres, dtype=x.dtype)),
+                                       "under autocast its scores are bfloat16, not the island's float32"),
+    "an island without .float()": (centre_variant(lambda self, x: _island_as_is(self, x)),
+                                   "running your code raised RuntimeError"),
+    "an island for CUDA (hard-coded device)": (centre_variant(lambda self, x: _island(x, self.centres,
+                                                                                     device_type="cuda")),
+                                               "under autocast the matmul still runs in bfloat16"),
+    "float64 hard-coded": (centre_variant(lambda self, x: _island(x, self.centres, dtype=torch.float64)),
+                           "under autocast its scores are float64, not the island's float32"),
+    "centres detached": (centre_variant(lambda self, x: _island(x, self.centres.detach())),
+                         "no gradient reaches the centres (they were detached)"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_03_2)
+def test_03_2_wrong_repairs_fail_with_the_condition_they_break(name):
+    answer, reason = WRONG_03_2[name]
+    assert feedback("03.2", answer).startswith(reason)
+
+
+def test_03_2_numbers_from_section_5_and_the_cell_without_autocast_do_not_pass():
+    g = torch.Generator().manual_seed(0)
+    points = 10 + torch.randn(256, 16, generator=g)  # section 5's data
+    queries = points + 0.1 * torch.randn(256, 16, generator=g)
+    exact = (points - queries).double().pow(2).sum(1)
+    with torch.no_grad():
+        unrepaired = (-BrokenNearestCentre(points)(queries).max(dim=1).values).median()  # autocast deleted
+    for typed in (exact.median().item(), exact.median(), unrepaired, unrepaired.item(), 0.156):
+        assert feedback("03.2", typed) == "the answer should be your repaired class NearestCentre itself"
+    assert feedback("03.2", BrokenNearestCentre(points)) == (
+        "the answer should be your repaired class NearestCentre itself")  # an instance, not the class
+
+
+def test_03_2_right_repairs_written_differently_pass():
+    right = [sol.NearestCentre,
+             centre_variant(lambda self, x: _island(x, self.centres)),
+             centre_variant(lambda self, x: -(x.float()[:, None] - self.centres.float()[None]).pow(2).sum(-1)),
+             centre_variant(lambda self, x: -torch.cdist(x.float(), self.centres.float()).pow(2))]
+    for answer in right:
+        assert feedback("03.2", answer) is None
+
+
+def test_03_2_the_given_class_is_rejected():
+    assert feedback("03.2", given_class("NearestCentre")) == "under autocast the matmul still runs in bfloat16"
 
 
 def detector(sigmoid: bool, loss_fn: nn.Module, dtype: torch.dtype, use_scaler: bool):
@@ -145,19 +233,53 @@ def test_03_3_the_wrong_repairs_are_rejected_and_the_fix_accepted():
     assert "binary_cross_entropy" in ops and scale < 2.0**16 and updates == 20  # the scaler skipped steps
     fixed = sol.trace_03_3(sol.train_detector)
     assert fixed[4] == 2.0**16 and fixed[2] == {(torch.float16,)}              # no skip, float16 linear
-    wrong = {"as given": given,
-             "no GradScaler, BCELoss kept": detector(True, nn.BCELoss(), torch.float16, False),
-             "bfloat16, BCELoss kept": detector(True, nn.BCELoss(), torch.bfloat16, True),
-             "bfloat16, no scaler, BCELoss kept": detector(True, nn.BCELoss(), torch.bfloat16, False),
-             "BCEWithLogitsLoss, no scaler": detector(False, nn.BCEWithLogitsLoss(), torch.float16, False),
-             "BCEWithLogitsLoss in bfloat16": detector(False, nn.BCEWithLogitsLoss(), torch.bfloat16, True),
-             "BCEWithLogitsLoss after the Sigmoid": detector(True, nn.BCEWithLogitsLoss(), torch.float16,
-                                                             True)}
-    for name, train in wrong.items():
-        assert helpers.exercises.grade("03.3", train) is False, name
-    assert helpers.exercises.grade("03.3", losses[-1]) is False and helpers.exercises.grade("03.3", fixed[0][-1]) is False
-    assert helpers.exercises.grade("03.3", detector(False, nn.BCEWithLogitsLoss(), torch.float16, True)) is True
-    assert helpers.exercises.grade("03.3", sol.train_detector) is True
+    bce = "the loss is still BCELoss (binary_cross_entropy on probabilities)"
+    wrong = {"as given": (given, bce),
+             "no GradScaler, BCELoss kept": (detector(True, nn.BCELoss(), torch.float16, False), bce),
+             "bfloat16, BCELoss kept": (detector(True, nn.BCELoss(), torch.bfloat16, True), bce),
+             "BCEWithLogitsLoss, no scaler": (detector(False, nn.BCEWithLogitsLoss(), torch.float16, False),
+                                              "0 of the 20 steps went through scaler.update()"),
+             "BCEWithLogitsLoss in bfloat16": (detector(False, nn.BCEWithLogitsLoss(), torch.bfloat16, True),
+                                               "the linear layer did not run in float16 (float16 autocast)"),
+             "BCEWithLogitsLoss after the Sigmoid": (detector(True, nn.BCEWithLogitsLoss(), torch.float16, True),
+                                                     "a sigmoid still runs before the loss: BCEWithLogitsLoss "
+                                                     "takes the logits")}
+    for name, (train, reason) in wrong.items():
+        assert feedback("03.3", train) == reason, name
+    for number in (losses[-1], fixed[0][-1], torch.tensor(fixed[0][-1])):
+        assert feedback("03.3", number) == "the answer should be your repaired function train_detector itself"
+    assert feedback("03.3", detector(False, nn.BCEWithLogitsLoss(), torch.float16, True)) is None
+    assert feedback("03.3", sol.train_detector) is None
+
+
+def test_03_3_clamped_probabilities_and_an_autocast_off_loss_are_named():
+    def clamped(features, is_positive, grad_scaler, steps=20):  # symptom hiding: BCELoss on clamped p
+        return detector_with(lambda logits: nn.BCELoss()(torch.sigmoid(logits).clamp(1e-3, 1 - 1e-3), is_positive),
+                             features, grad_scaler, steps)
+
+    def no_autocast(features, is_positive, grad_scaler, steps=20):  # autocast disabled: float32 linear
+        return detector_with(lambda logits: nn.BCEWithLogitsLoss()(logits, is_positive), features, grad_scaler,
+                             steps, autocast=False)
+
+    assert feedback("03.3", clamped) == "the loss is still BCELoss (binary_cross_entropy on probabilities)"
+    assert feedback("03.3", no_autocast) == "the linear layer did not run in float16 (float16 autocast)"
+
+
+def detector_with(loss_of, features, grad_scaler, steps, autocast=True):
+    torch.manual_seed(0)
+    classifier = nn.Linear(16, 1)
+    nn.init.constant_(classifier.bias, -6.9)
+    sgd = torch.optim.SGD(classifier.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        sgd.zero_grad()
+        with torch.amp.autocast("cpu", dtype=torch.float16, enabled=autocast):
+            loss = loss_of(classifier(features).squeeze(1))
+        grad_scaler.scale(loss).backward()
+        grad_scaler.step(sgd)
+        grad_scaler.update()
+        losses.append(loss.item())
+    return losses
 
 
 @pytest.mark.parametrize("key", ["03.5", "03.6", "03.4", "03.1", "03.2", "03.3"])
@@ -166,8 +288,12 @@ def test_unanswered(key, capsys):
     assert "not answered yet" in capsys.readouterr().out
 
 
+def given_class(name: str):
+    return given_function(name)
+
+
 def given_function(name: str):
-    """The function ``name`` exactly as notebook 03's exercise cell defines it."""
+    """The function or class ``name`` exactly as notebook 03's exercise cell defines it."""
     import ast
     import json
     from pathlib import Path
@@ -176,7 +302,7 @@ def given_function(name: str):
     for cell in json.loads(path.read_text())["cells"]:
         tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
         for node in tree.body if tree else []:
-            if isinstance(node, ast.FunctionDef) and node.name == name:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
                 namespace = {"torch": torch, "nn": nn, "F": F}
                 exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
                 return namespace[name]

@@ -1,14 +1,19 @@
 """Notebook 04: its scaffolding (helpers.nb04) measures what the notebook claims, and its exercises'
-solutions and checks (helpers.solutions.nb04) tell right from wrong."""
+solutions and checks (helpers.solutions.nb04) tell right from wrong: the fix-the-code checks (04.3-5) are fed the
+code as given, wrong and symptom-hiding repairs, typed numbers, and right repairs written differently, and the
+line each prints is asserted."""
 import pytest
 import torch
 from torch import nn
 
 import helpers
 from helpers import nb04 as lab
-from helpers.exercises import solution
+from helpers.exercises import feedback, solution
 from helpers.model import ShapesCNN
-from helpers.solutions.nb04 import injected_inf_steps, unscale_then_clip
+from helpers.solutions.nb04 import (injected_inf_steps, load_with_scaler, make_run, save_with_scaler,
+                                    unscale_then_clip)
+
+CPU = torch.device("cpu")
 
 
 def small_cnn_batch():
@@ -142,33 +147,6 @@ def test_train_steps_does_not_step_the_scheduler_on_a_skipped_step():
     assert scheduler.last_epoch == 1
 
 
-def test_resumed_scale_reads_what_load_restored_through_a_weights_only_load():
-    def save(model, optimizer, scaler):
-        return {"model": model.state_dict(), "scaler": scaler.state_dict()}
-
-    def load(checkpoint, model, optimizer, scaler):
-        model.load_state_dict(checkpoint["model"])
-
-    def load_scaler_too(checkpoint, model, optimizer, scaler):
-        scaler.load_state_dict(checkpoint["scaler"])
-
-    assert lab.resumed_scale(save, load) == 2.0**16
-    assert lab.resumed_scale(save, load_scaler_too, steps=6) == 2.0**18  # growth_interval=3: two growths
-    with pytest.raises(Exception, match="weights_only|Unsupported|global"):
-        lab.resumed_scale(lambda model, optimizer, scaler: {"optimizer": optimizer}, load)
-
-
-def test_fp16_training_ratio_refuses_a_half_model_and_trains_a_float32_one():
-    half = lab.faint_net().half()
-    with pytest.raises(ValueError, match="FP16 gradients"):
-        lab.fp16_training_ratio(half, torch.optim.Adam(half.parameters(), lr=lab.FAINT_LR),
-                                torch.amp.GradScaler("cpu"), steps=2)
-    net = lab.faint_net()
-    ratio = lab.fp16_training_ratio(net, torch.optim.Adam(net.parameters(), lr=lab.FAINT_LR),
-                                    torch.amp.GradScaler("cpu"), steps=10)
-    assert 0 < ratio < 1
-
-
 def test_injected_inf_steps_backs_off_and_grows():
     scales = injected_inf_steps([False, True, False, False, True, True], init_scale=8.0, growth_interval=2)
     assert scales == [8.0, 4.0, 4.0, 8.0, 4.0, 2.0]
@@ -196,54 +174,194 @@ def test_04_2_one_bad_micro_batch_skips_its_whole_accumulated_step():
     assert helpers.exercises.grade("04.2", 3) is False
 
 
-def test_04_3_clipping_before_unscale_is_rejected_and_the_fix_accepted():
-    def broken(model, optimizer, scaler, loss, max_norm):  # notebook 04's exercise cell, as given
-        scaler.scale(loss).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.unscale_(optimizer)
-        scaler.step(optimizer)
-        scaler.update()
+def given(*names: str):
+    """The functions ``names`` exactly as notebook 04's exercise cells define them (the learner's start)."""
+    import ast
+    import json
+    from pathlib import Path
 
-    assert solution("04.3") == pytest.approx(lab.CLIP_NORM, rel=1e-4)
-    assert helpers.exercises.grade("04.3", lab.update_norm(broken, lab.CLIP_NORM)) is False
-    assert helpers.exercises.grade("04.3", lab.update_norm(unscale_then_clip, lab.CLIP_NORM)) is True
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "04_grad_scaler.ipynb"
+    namespace = {"torch": torch, "nn": nn, "lab": lab}
+    for cell in json.loads(path.read_text())["cells"]:
+        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
+        for node in tree.body if tree else []:
+            if isinstance(node, ast.FunctionDef) and node.name in names:
+                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
+    return tuple(namespace[name] for name in names)
 
 
-def test_04_4_a_checkpoint_without_the_scaler_is_rejected_and_the_fix_accepted():
-    def save(model, optimizer, scaler):  # the exercise cell, as given
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+def clip_step(order: str, max_norm_factor=None):
+    """04.3's step with its lines in ``order`` (a learner's attempt); ``max_norm_factor`` scales max_norm by
+    the scale (clipping scaled gradients against a scaled limit: right too)."""
+    def step(model, optimizer, scaler, loss, max_norm):
+        actions = {
+            "scaled": lambda: scaler.scale(loss).backward(),
+            "plain": lambda: loss.backward(),
+            "unscale": lambda: scaler.unscale_(optimizer),
+            "clip": lambda: nn.utils.clip_grad_norm_(
+                model.parameters(), max_norm * (scaler.get_scale() if max_norm_factor else 1)),
+            "nan_to_num": lambda: [p.grad.nan_to_num_(0.0, 0.0, 0.0) for p in model.parameters()],
+            "step": lambda: scaler.step(optimizer),
+            "optimizer.step": lambda: optimizer.step(),
+            "update": lambda: scaler.update(),
+        }
+        for action in order.split(", "):
+            actions[action]()
+    return step
 
-    def load(checkpoint, model, optimizer, scaler):
-        model.load_state_dict(checkpoint["model"])
+
+WRONG_04_3 = {
+    "as given": ("scaled, clip, unscale, step, update", "the update is shorter than max_norm"),
+    "scaler bypassed": ("plain, clip, optimizer.step", "the optimizer stepped without the scaler"),
+    "unscaled, then optimizer.step()": ("scaled, unscale, clip, optimizer.step, update",
+                                        "the optimizer stepped without the scaler"),
+    "the clipping line deleted": ("scaled, unscale, step, update", "the update is longer than max_norm"),
+    "nan_to_num before unscale_": ("scaled, nan_to_num, unscale, clip, step, update",
+                                   "with an inf gradient the step was applied instead of skipped"),
+    "update() forgotten": ("scaled, unscale, clip, step", "it should end with scaler.step(optimizer) and "
+                                                          "scaler.update()"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_04_3)
+def test_04_3_wrong_repairs_fail_with_the_condition_they_break(name):
+    order, reason = WRONG_04_3[name]
+    assert feedback("04.3", clip_step(order)).startswith(reason)
+
+
+def test_04_3_the_given_step_numbers_and_a_disabled_scaler_are_rejected():
+    (clip_and_step,) = given("clip_and_step")
+    assert feedback("04.3", clip_and_step).startswith("the update is shorter than max_norm")
+
+    def disabled(model, optimizer, scaler, loss, max_norm):  # a scaler of its own, switched off
+        clip_step("scaled, unscale, clip, step, update")(model, optimizer, torch.amp.GradScaler("cpu", enabled=False),
+                                                          loss, max_norm)
+
+    assert feedback("04.3", disabled) == "the optimizer stepped without the scaler"
+    for typed in (lab.CLIP_NORM, 1e-4, torch.tensor(1e-4), lab.update_norm(unscale_then_clip, lab.CLIP_NORM)):
+        assert feedback("04.3", typed) == "the answer should be your repaired function clip_and_step itself"
+
+
+def test_04_3_right_repairs_written_differently_pass():
+    assert lab.update_norm(unscale_then_clip) == pytest.approx(lab.CLIP_NORM, rel=1e-4)
+    assert feedback("04.3", unscale_then_clip) is None
+    assert feedback("04.3", clip_step("scaled, unscale, clip, step, update")) is None
+    assert feedback("04.3", clip_step("scaled, clip, step, update", max_norm_factor=True)) is None
+
+
+def _save(model, optimizer, scaler, scaler_state=True):
+    checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    return {**checkpoint, "scaler": scaler.state_dict()} if scaler_state else checkpoint
+
+
+def _load(checkpoint, model, optimizer, scaler, scaler_state="all"):
+    model.load_state_dict(checkpoint["model"])
+    if scaler_state != "no optimizer":
         optimizer.load_state_dict(checkpoint["optimizer"])
-
-    def save_fixed(model, optimizer, scaler):
-        return {**save(model, optimizer, scaler), "scaler": scaler.state_dict()}
-
-    def load_fixed(checkpoint, model, optimizer, scaler):
-        load(checkpoint, model, optimizer, scaler)
+    if scaler_state in ("all", "no optimizer"):
         scaler.load_state_dict(checkpoint["scaler"])
-
-    assert solution("04.4") == 2.0**18  # 7 clean steps with growth_interval=3: two growths from 2^16
-    assert helpers.exercises.grade("04.4", lab.resumed_scale(save, load)) is False       # restarts at 2^16
-    assert helpers.exercises.grade("04.4", lab.resumed_scale(save_fixed, load)) is False  # saved but not loaded
-    assert helpers.exercises.grade("04.4", lab.resumed_scale(save_fixed, load_fixed)) is True
+    elif scaler_state == "scale only":  # the growth counter lost
+        scaler.load_state_dict({**checkpoint["scaler"], "_growth_tracker": 0})
 
 
-def run_04_5(half: bool, scaler_on: bool) -> float:
-    net = lab.faint_net()
-    net = net.half() if half else net
-    optimizer = torch.optim.Adam(net.parameters(), lr=lab.FAINT_LR)
-    return lab.fp16_training_ratio(net, optimizer, torch.amp.GradScaler("cpu", enabled=scaler_on))
+def pair(save_scaler=True, load_scaler="all"):
+    return (lambda model, optimizer, scaler: _save(model, optimizer, scaler, save_scaler),
+            lambda checkpoint, model, optimizer, scaler: _load(checkpoint, model, optimizer, scaler, load_scaler))
 
 
-def test_04_5_a_half_model_is_rejected_and_the_fix_accepted():
-    assert 0.1 < solution("04.5") < 0.3
-    assert helpers.exercises.grade("04.5", run_04_5(half=True, scaler_on=False)) is False   # the exercise cell: NaN
-    with pytest.raises(ValueError, match="FP16 gradients"):                     # half only: refused
-        run_04_5(half=True, scaler_on=True)
-    assert helpers.exercises.grade("04.5", run_04_5(half=False, scaler_on=False)) is False  # no scaler: stalls
-    assert helpers.exercises.grade("04.5", run_04_5(half=False, scaler_on=True)) is True
+WRONG_04_4 = {
+    "no scaler saved": (pair(False, "none"), "the resumed scaler does not start with the scale it was saved with"),
+    "saved, not loaded": (pair(True, "none"), "the resumed scaler does not start with the scale it was saved with"),
+    "only the scale restored": (pair(True, "scale only"), "the resumed scaler lost its growth counter"),
+    "the optimizer not loaded": (pair(True, "no optimizer"), "the resumed optimizer is not the saved one"),
+    "the scaler object pickled": ((lambda model, optimizer, scaler: {**_save(model, optimizer, scaler, False),
+                                                                     "scaler": scaler}, pair()[1]),
+                                  "the checkpoint does not load with weights_only=True"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_04_4)
+def test_04_4_wrong_repairs_fail_with_the_condition_they_break(name):
+    answer, reason = WRONG_04_4[name]
+    assert feedback("04.4", answer).startswith(reason)
+
+
+def test_04_4_the_given_pair_and_typed_scales_are_rejected():
+    assert feedback("04.4", given("save", "load")).startswith("the resumed scaler does not start with the scale")
+    checkpoint = {key: obj.state_dict() for key, obj in zip(("model", "optimizer", "scheduler", "scaler"),
+                                                            lab.fresh_state())}
+    for typed in (checkpoint["scaler"]["scale"], 2**18, 2.0**18, torch.tensor(2.0**18), given("save", "load")[0]):
+        assert feedback("04.4", typed) == "the answer should be the pair of your repaired functions: (save, load)"
+
+
+def test_04_4_right_repairs_written_differently_pass():
+    assert feedback("04.4", (save_with_scaler, load_with_scaler)) is None
+    assert feedback("04.4", pair()) is None
+
+    def save_all(model, optimizer, scaler):  # another layout: a list of three state dicts
+        return [obj.state_dict() for obj in (model, optimizer, scaler)]
+
+    def load_all_of(checkpoint, model, optimizer, scaler):
+        for obj, state in zip((model, optimizer, scaler), checkpoint):
+            obj.load_state_dict(state)
+
+    assert feedback("04.4", (save_all, load_all_of)) is None
+
+
+def run_maker(half=False, bfloat16=False, scaler_on=True, own_optimizer=True):
+    def make_run(device):
+        net = lab.faint_net(device)
+        net = net.half() if half else net.bfloat16() if bfloat16 else net
+        params = net.parameters() if own_optimizer else lab.faint_net(device).parameters()
+        return net, torch.optim.Adam(params, lr=lab.FAINT_LR), torch.amp.GradScaler(device.type, enabled=scaler_on)
+    return make_run
+
+
+WRONG_04_5 = {
+    "as given": (run_maker(half=True, scaler_on=False), "its parameters are float16"),
+    "half only (the scaler refuses)": (run_maker(half=True), "its parameters are float16"),
+    "bfloat16 weights, scaler on": (run_maker(bfloat16=True), "its parameters are bfloat16"),
+    "float32, scaler still off": (run_maker(scaler_on=False), "its scaler is not an enabled torch.amp.GradScaler"),
+    "an optimizer of another network": (run_maker(own_optimizer=False),
+                                        "its optimizer does not hold the network's parameters"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_04_5)
+def test_04_5_wrong_repairs_fail_with_the_condition_they_break(name):
+    answer, reason = WRONG_04_5[name]
+    assert feedback("04.5", answer).startswith(reason)
+
+
+def test_04_5_the_given_function_and_typed_ratios_are_rejected():
+    assert feedback("04.5", given("make_run")[0]).startswith("its parameters are float16")
+    runs = {name: lab.train_faint(dtype, use_scaler=scaler) for name, dtype, scaler in
+            (("float32", None, False), ("float16 + GradScaler", torch.float16, True))}
+    for typed in (runs["float16 + GradScaler"].final_ratio, runs["float32"].final_ratio, 0.113):
+        assert feedback("04.5", typed) == "the answer should be your repaired function make_run itself"
+
+
+def test_04_5_a_scaler_that_does_not_follow_float32_is_named(monkeypatch):
+    from helpers.solutions import nb04 as sol
+
+    def stalled(device):  # a working setup whose scaler starts so low that gradients underflow
+        net = lab.faint_net(device)
+        return net, torch.optim.Adam(net.parameters(), lr=lab.FAINT_LR), torch.amp.GradScaler(
+            "cpu", init_scale=1.0, growth_interval=10_000)
+
+    assert feedback("04.5", stalled) == "its float16 run does not follow the float32 run of the same steps"
+    assert sol.make_run(CPU)[0][0].weight.dtype == torch.float32
+
+
+def test_04_5_right_repairs_written_differently_pass():
+    assert feedback("04.5", make_run) is None
+    assert feedback("04.5", run_maker()) is None
+
+    def back_to_float(device):  # .half() undone, the scaler at another initial scale
+        net = lab.faint_net(device).half().float()
+        return net, torch.optim.Adam(net.parameters(), lr=lab.FAINT_LR), torch.amp.GradScaler(device.type,
+                                                                                                init_scale=2.0**14)
+    assert feedback("04.5", back_to_float) is None
 
 
 @pytest.mark.parametrize("key", ["04.1", "04.6", "04.2", "04.3", "04.4", "04.5"])

@@ -20,15 +20,19 @@ class RepairedMean:
     result is two roundings of at most 2**-11 (torch.sum's output, the division): 2**-9 accepts
     every correct fix; a typed number, the stalled float16 running sum or the median cannot pass."""
 
-    def __eq__(self, answer: object) -> bool:
+    def why_not(self, answer: object) -> str | None:
         if not callable(answer):
-            return False
+            return "the answer should be your repaired function itself (answer_4 = mean_of)"
         skewed = 0.5 + 6 * torch.rand(10_000, generator=torch.Generator().manual_seed(1)) ** 3
-        for losses in (logged_losses(), skewed.half()):
-            exact = losses.double().mean().item()
-            if not math.isclose(float(answer(losses)), exact, rel_tol=2**-9):
-                return False
-        return True
+        for name, losses in (("the notebook's losses", logged_losses()),
+                             ("10,000 other float16 losses", skewed.half())):
+            got = answer(losses.clone())
+            if not isinstance(got, (int, float, torch.Tensor)) or (
+                    isinstance(got, torch.Tensor) and got.numel() != 1):
+                return f"it should return one number, not {type(got).__name__}"
+            if not math.isclose(float(got), losses.double().mean().item(), rel_tol=2**-9):
+                return f"on {name} it does not return their mean (a float16 total stalls)"
+        return None
 
     def __repr__(self) -> str:
         return "a function returning the mean of any float16 losses"
