@@ -271,6 +271,16 @@ def cpu_model() -> str:
     return names[0] if names else platform.processor() or platform.machine() or "unknown CPU"
 
 
+def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache"),
+                           default: int = 32 << 20) -> int:
+    """The largest CPU cache, from Linux's sysfs; ``default`` (32 MiB) where it cannot be read."""
+    sizes = []
+    for path in root.glob("index*/size"):
+        text = path.read_text().strip().upper()
+        sizes.append(int(text.rstrip("KM")) << {"K": 10, "M": 20}.get(text[-1:], 0))
+    return max(sizes, default=default)
+
+
 SIXTEEN_BIT_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
 
 
