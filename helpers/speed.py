@@ -53,12 +53,16 @@ class DtypeSpeed:
         return self.compute / self.bandwidth
 
     @property
+    def chat_seconds(self) -> float:  # CHAT: the prompt at the prefill rate, then token by token
+        return CHAT[0] / self.prefill_tokens_s + CHAT[1] / self.decode_tokens_s
+
+    @property
     def compute_is_fast(self) -> bool:
         return self.matmul_speedup >= FAST_RATIO
 
     @property
-    def emulated(self) -> bool:
-        return self.matmul_speedup < EMULATED_RATIO
+    def emulated(self) -> bool:  # or unknown (NaN): work sized for emulation is safe
+        return not self.matmul_speedup >= EMULATED_RATIO
 
 
 class SpeedProfile(dict):
@@ -75,8 +79,8 @@ def speed_verdict(s: DtypeSpeed) -> str:
         flag = " (more than half the bytes allow: float32's kernel below memory speed)"
         return f"{what}: noisy: measure again" if math.isnan(ratio) else \
             f"{what} {ratio:.2f}x" + flag * (memory and ratio > BYTES_ALLOW)
-    units = ("emulated" if s.emulated else "16-bit units") + " (256x256 matmul, compute-bound, " + (
-        f"{1 / s.matmul_speedup:.0f}x slower)" if s.emulated else f"{s.matmul_speedup:.1f}x)")
+    units = "256x256 matmul: noisy" if math.isnan(s.matmul_speedup) else ("emulated" if s.emulated
+        else "16-bit units") + f" (256x256 matmul, one core, {s.matmul_speedup:.2f}x)"
     return "; ".join([x("prefill", s.prefill_speedup), x("decoding", s.decoding_speedup, True),
                       x("autocast training step", s.training_speedup), units,
                       x("add (memory-bound)", s.elementwise_speedup, True),
@@ -168,22 +172,24 @@ def _workloads(dtype: torch.dtype, net: nn.Sequential, width: int, emulated: boo
 
 def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
     """Every dtype against float32: the ops that explain once, the workloads in stable rounds."""
-    base = timed_ops(torch.float32, device, sizes.matmul_n, sizes.elements)
+    base, threads = timed_ops(torch.float32, device, sizes.matmul_n, sizes.elements), \
+        torch.get_num_threads()
     net = decoder_stack(sizes.width, sizes.layers, device)
     work, flops = _workloads(torch.float32, net, sizes.width, False)
-    t32, w32 = [fastest_of(f, 3) for f in base], [fastest_of(f, 3) for f, _ in work]
+    t32, w32 = [fastest_of(f, 3) for f in base[1:]], [fastest_of(f, 3) for f, _ in work]
     rates = [n / t for (_, n), t in zip(work, w32)]
     speeds = [DtypeSpeed("float32", 1.0, 1.0, "the baseline", 1.0, 1.0, 1.0, 1.0,
-                         12 * sizes.elements / t32[1], flops / w32[0], rates[0], rates[1])]
+                         12 * sizes.elements / t32[0], flops / w32[0], rates[0], rates[1])]
     for dtype in SPEED_DTYPES[1:]:
         ops = timed_ops(dtype, device, sizes.matmul_n, sizes.elements)
-        mm, ew, dec = (t / fastest_of(f, 3) for t, f in zip(t32, ops))  # probe; they explain
-        mine, _ = _workloads(dtype, net, sizes.width, mm < EMULATED_RATIO)
+        ew, dec = (t / fastest_of(f, 3) for t, f in zip(t32, ops[1:]))  # they explain
+        torch.set_num_threads(1)  # the probe on one core, interleaved: robust on a busy machine
+        mm, _ = stable_ratio(base[0], ops[0]), torch.set_num_threads(threads)
+        mine, _ = _workloads(dtype, net, sizes.width, not mm >= EMULATED_RATIO)  # NaN: small
         pre, dec1, train = (stable_ratio(b, f, bound, n / m) for (b, m), (f, n), bound
                             in zip(work, mine, [(0, math.inf), MEMORY_BOUNDS, (0, math.inf)]))
-        s = DtypeSpeed(str(dtype)[6:], mm, ew, "", dec, pre, dec1, train,
-                       speeds[0].bandwidth * ew / 2, speeds[0].compute * pre, rates[0] * pre,
-                       rates[1] * dec1)
+        s = DtypeSpeed(str(dtype)[6:], mm, ew, "", dec, pre, dec1, train, speeds[0].bandwidth * ew
+                       / 2, speeds[0].compute * pre, rates[0] * pre, rates[1] * dec1)
         speeds.append(dataclasses.replace(s, verdict=speed_verdict(s)))
     return speeds
 
@@ -244,15 +250,9 @@ class Recommendation:
     reason: str
 
     def __str__(self) -> str:
-        return "\n".join(f"{label:>37}: {text}" for label, text in (
-            (f"chat, {CHAT[0]:,}-token prompt + {CHAT[1]} tokens", self.decoding),
-            ("batched inference", self.batched), ("training", self.training),
-            ("because", self.reason)))
-
-
-def chat_seconds(s: DtypeSpeed) -> float:
-    """Seconds for :data:`CHAT` (prompt at the prefill rate, then token by token)."""
-    return CHAT[0] / s.prefill_tokens_s + CHAT[1] / s.decode_tokens_s
+        return "\n".join(f"{label:>37}: {text}" for label, text in zip((
+            f"chat, {CHAT[0]:,}-token prompt + {CHAT[1]} tokens", "batched inference", "training",
+            "because"), (self.decoding, self.batched, self.training, self.reason)))
 
 
 def _best(profile, names, key, floor: float):
@@ -271,8 +271,8 @@ def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -
     if device.type == "cuda":  # native only: bf16 on a V100/T4 is emulated
         allowed = [n for n in allowed if n != "bfloat16" or cuda_native_bf16(device)]
     native = [str(autocast_dtype(device))[6:]] if device.type == "cuda" else allowed
-    t32, again = chat_seconds(profile["float32"]), "noisy: measure again (`refresh=True`)"
-    picks = [_best(profile, allowed, lambda s: t32 / chat_seconds(s), 1.0),
+    t32, again = profile["float32"].chat_seconds, "noisy: measure again (`refresh=True`)"
+    picks = [_best(profile, allowed, lambda s: t32 / s.chat_seconds, 1.0),
              _best(profile, native, lambda s: s.prefill_speedup, FAST_RATIO),
              _best(profile, ["bfloat16"] if device.type == "mps" and "bfloat16" in native
                    else native, lambda s: s.training_speedup, FAST_RATIO)]  # MPS: no fp16 scaler
@@ -280,7 +280,7 @@ def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -
     text = [again if p == "noisy" else f"float32 (16-bit {what} measured no faster here)"
             if p is None else "" for p, what in zip(picks, ("weights", "forward", "step"))]
     text[0] = text[0] or (f"{chat} weights (`model.to(torch.{chat})`): "
-                          f"{chat_seconds(profile[chat]):.2f} s against float32's {t32:.2f} s here")
+                          f"{profile[chat].chat_seconds:.2f} s against float32's {t32:.2f} s here")
     text[0] += "; float16 activations overflow past 65504: check first (01 §5, 08 §2)" * (
         chat == "float16")
     autocast = f"torch.amp.autocast({device.type!r}, dtype=torch."
@@ -294,7 +294,7 @@ def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -
         step == "float16" and device.type == "cpu") + (
         "; GradScaler on MPS failed in torch 2.5 (pytorch#142397): watch for skipped steps") * (
         step == "float16" and device.type == "mps")
-    reason = "; ".join([f"{n} chat {chat_seconds(s):.2f} s" for n, s in profile.items()] + [
+    reason = "; ".join([f"{n} chat {s.chat_seconds:.2f} s" for n, s in profile.items()] + [
         "batch-1 F.linear (explains, 00 §2): " + ", ".join(
             f"{n} {x(profile[n].decode_speedup)}" for n in ("bfloat16", "float16"))])
     return Recommendation(*text, reason)

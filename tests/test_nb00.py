@@ -115,3 +115,34 @@ def test_exercise_00_4_wrong_answers_are_not_yet_and_fixes_are_accepted():
              lambda l: (l.sum() / len(l)).item(), lambda l: l.mean().item(),  # one reduction
              lambda l: l.float().mean().item()]
     assert [grade("00.4", answer) for answer in fixes] == [True] * len(fixes)
+
+
+NGC_CHECK = """
+import torch
+m = torch.backends.cuda.matmul
+print(torch.get_float32_matmul_precision(), m.allow_tf32)  # NGC's variable: TF32 from the start
+torch.set_float32_matmul_precision("highest")
+print(torch.get_float32_matmul_precision(), m.allow_tf32)  # undone by the legacy setter
+if hasattr(m, "fp32_precision"):
+    torch.set_float32_matmul_precision("high")  # NGC's state again, then only the new API
+    m.fp32_precision = "ieee"
+    try:
+        m.allow_tf32
+    except RuntimeError:
+        print("legacy read refused", torch.get_float32_matmul_precision())
+"""
+
+
+def test_ngc_tf32_variable_on_cpu_as_section_9_says():
+    """00 §9: under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 torch starts at "high"; "highest" undoes it; setting
+    only the new API to "ieee" makes a legacy allow_tf32 read raise while the precision still says "high"."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1")
+    out = subprocess.run([sys.executable, "-c", NGC_CHECK], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[:2] == ["high True", "highest False"]
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        assert out[2] == "legacy read refused high"

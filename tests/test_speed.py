@@ -108,7 +108,7 @@ def test_the_profile_is_measured_at_the_learners_threads_and_restores_them(monke
 def test_verdict_words_flag_noise_and_ratios_the_bytes_cannot_give():
     s = fake_speed("float16", pre=0.24, dec=3.52, mm=0.03, lin=math.nan)
     text = speed_verdict(s)
-    assert "prefill 0.24x" in text and "emulated (256x256 matmul, compute-bound, 33x slower)" in text
+    assert "prefill 0.24x" in text and "emulated (256x256 matmul, one core, 0.03x)" in text
     assert "decoding 3.52x (more than half the bytes allow" in text
     assert "batch-1 F.linear: noisy: measure again" in text
     assert "more than half" not in speed_verdict(fake_speed("bfloat16", pre=4.0))  # compute-bound
@@ -150,7 +150,7 @@ def test_speed_profile_measures_every_dtype_and_workload(monkeypatch):
     assert base.bandwidth > 0 and base.compute > 0 and base.ridge == base.compute / base.bandwidth
     for name in ("bfloat16", "float16"):
         s = profile[name]
-        assert s.matmul_speedup > 0 and s.verdict == speed_verdict(s)
+        assert not s.matmul_speedup <= 0 and s.verdict == speed_verdict(s)  # NaN: noisy
         for ratio in (s.prefill_speedup, s.decoding_speedup, s.training_speedup):
             assert math.isnan(ratio) or ratio > 0  # NaN: noisy, decides nothing
         assert math.isnan(s.decode_tokens_s) or s.decode_tokens_s == pytest.approx(
