@@ -257,10 +257,10 @@ class Recommendation:
 
 def _best(profile, names, key, floor: float):
     """Fastest of ``names`` by ``key`` (>= ``floor``; bf16 unless fp16 >10 % faster), or "noisy"."""
-    if names and all(math.isnan(key(profile[n])) for n in names):
-        return "noisy"
-    return max([n for n in names if key(profile[n]) >= floor], default=None,
-               key=lambda n: key(profile[n]) * (1.1 if n == "bfloat16" else 1.0))
+    fine = [n for n in names if key(profile[n]) >= floor]  # NaN never qualifies
+    if not fine and any(math.isnan(key(profile[n])) for n in names):
+        return "noisy"  # a noisy candidate might have won
+    return max(fine, default=None, key=lambda n: key(profile[n]) * (1.1 if n == "bfloat16" else 1))
 
 
 def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:

@@ -226,6 +226,9 @@ def test_avx2_laptop_and_noise():
     r = recommendation(AVX2, "cpu")  # prefill 20x slower outweighs decoding 1.8x for this chat
     assert r.decoding.startswith("float32") and r.batched.startswith("float32")
     assert r.training.startswith("float32")
+    half = fake_profile(dict(pre=math.nan, dec=1.9, train=math.nan), dict(pre=0.2, dec=1.8, train=0.1))
+    r = recommendation(half, "cpu")  # the noisy bf16 might have won: no verdict from fp16's loss alone
+    assert r.batched.startswith("noisy") and r.training.startswith("noisy")
     noisy = recommendation(NOISY, "cpu")
     assert all(text.startswith("noisy: measure again") for text in (noisy.decoding, noisy.batched,
                                                                      noisy.training))
