@@ -27,8 +27,7 @@ EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for th
 MEMORY_BOUNDS = (0.7, 2.5)  # a memory-bound 16/32 ratio outside: one more round before believed
 BYTES_ALLOW = 2.2  # half the bytes allow about 2x: above, float32's kernel is below memory speed
 AGREE, ROUND_SECONDS = 0.15, 0.5  # two rounds in a row within 15 %, else NaN after ~0.5 s
-STREAM_CAP = 128 << 20  # bytes of one 16-bit tensor (float32: twice): the memory cap
-FLOP_BUDGET = 1e9  # float32 FLOPs of one prefill or training call (emulated: 1/16)
+STREAM_CAP, FLOP_BUDGET = 128 << 20, 1e9  # memory cap: one 16-bit tensor's bytes; FLOPs a call
 CHAT = (1000, 200)  # the chat shape advice is for: prompt tokens, generated tokens
 
 
@@ -87,13 +86,14 @@ def speed_verdict(s: DtypeSpeed) -> str:
                       x("batch-1 F.linear", s.decode_speedup, True)])
 
 
-Sizes = collections.namedtuple("Sizes", "matmul_n elements width layers in_cache")  # what is timed
+Sizes = collections.namedtuple("Sizes", "matmul_n elements width layers in_cache flops",  # timed;
+                               defaults=(FLOP_BUDGET,))  # flops: of one prefill or training call
 
 
 def default_sizes(device: str | torch.device) -> Sizes:
     """CPU: each 16-bit tensor 2x the last-level cache, at most :data:`STREAM_CAP`."""
     if torch.device(device).type in ("cuda", "mps"):
-        return Sizes(4096, 1 << 26, 2048, 8, False)
+        return Sizes(4096, 1 << 26, 2048, 8, False, 1e3 * FLOP_BUDGET)
     llc = last_level_cache_bytes()
     stream = max(8 << 20, min(2 * llc, STREAM_CAP))  # bytes of one 16-bit tensor
     layers = math.ceil(stream / (16 << 20))  # a layer: 8 x 1024^2 weights, 16 MiB in 16 bits
@@ -149,12 +149,12 @@ def stable_ratio(base, fn, bounds=(0.0, math.inf), scale: float = 1.0, calls: in
     return math.nan
 
 
-def _workloads(dtype: torch.dtype, net: nn.Sequential, width: int, emulated: bool):
+def _workloads(dtype: torch.dtype, net: nn.Sequential, sizes: Sizes, emulated: bool):
     """(call, tokens) of prefill and training (the first block: all cost alike) and decode."""
-    device, layers = net[1].weight.device, len(net) // 4
+    device, layers, width = net[1].weight.device, len(net) // 4, sizes.width
     half = net.requires_grad_(False) if dtype == torch.float32 else copy.deepcopy(net).to(dtype)
-    n, m = (max(2, int(min(256, max(16, FLOP_BUDGET / (k * width**2)))) // (16 if emulated else 1))
-            for k in (16, 48))  # tokens per call within FLOP_BUDGET; emulated: 1/16
+    n, m = (max(2, int(min(256, max(16, sizes.flops / (k * width**2)))) // (16 if emulated else 1))
+            for k in (16, 48))  # tokens per call within the FLOP budget; emulated: 1/16
     prompt, one = (torch.ones(k, width, device=device, dtype=dtype) for k in (n, 1))
     batch = torch.ones(m, width, device=device)
     block = copy.deepcopy(net[:4]).requires_grad_(True)  # float32 weights: autocast's
@@ -175,7 +175,7 @@ def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
     base, threads = timed_ops(torch.float32, device, sizes.matmul_n, sizes.elements), \
         torch.get_num_threads()
     net = decoder_stack(sizes.width, sizes.layers, device)
-    work, flops = _workloads(torch.float32, net, sizes.width, False)
+    work, flops = _workloads(torch.float32, net, sizes, False)
     t32, w32 = [fastest_of(f, 3) for f in base[1:]], [fastest_of(f, 3) for f, _ in work]
     rates = [n / t for (_, n), t in zip(work, w32)]
     speeds = [DtypeSpeed("float32", 1.0, 1.0, "the baseline", 1.0, 1.0, 1.0, 1.0,
@@ -185,7 +185,7 @@ def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
         ew, dec = (t / fastest_of(f, 3) for t, f in zip(t32, ops[1:]))  # they explain
         torch.set_num_threads(1)  # the probe on one core, interleaved: robust on a busy machine
         mm, _ = stable_ratio(base[0], ops[0]), torch.set_num_threads(threads)
-        mine, _ = _workloads(dtype, net, sizes.width, not mm >= EMULATED_RATIO)  # NaN: small
+        mine, _ = _workloads(dtype, net, sizes, not mm >= EMULATED_RATIO)  # NaN: small
         pre, dec1, train = (stable_ratio(b, f, bound, n / m) for (b, m), (f, n), bound
                             in zip(work, mine, [(0, math.inf), MEMORY_BOUNDS, (0, math.inf)]))
         s = DtypeSpeed(str(dtype)[6:], mm, ew, "", dec, pre, dec1, train, speeds[0].bandwidth * ew

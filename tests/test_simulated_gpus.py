@@ -204,7 +204,7 @@ def test_speed_profile_and_workload_use_gpu_sizes(fake_cuda, monkeypatch, gpu):
 
     monkeypatch.setattr(helpers.speed, "_measure", fake_measure)
     profile = helpers.speed_profile("cuda")
-    assert seen == [("cuda", helpers.speed.Sizes(4096, 1 << 26, 2048, 8, False))]  # fills a GPU
+    assert seen == [("cuda", helpers.speed.Sizes(4096, 1 << 26, 2048, 8, False, 1e12))]  # fills a GPU
     assert helpers.speed.default_sizes("mps") == seen[0][1]  # MPS too: 256^2 is overhead there
     assert profile["float16"].compute_is_fast and profile["bfloat16"].compute_is_fast is gpu.native_bf16
     assert helpers.workload(torch.bfloat16, 100, 10, "cuda") == (100 if gpu.native_bf16 else 10)
