@@ -172,8 +172,7 @@ def _workloads(dtype: torch.dtype, net: nn.Sequential, sizes: Sizes, emulated: b
 
 def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
     """Every dtype against float32: the ops that explain once, the workloads in stable rounds."""
-    base, threads = timed_ops(torch.float32, device, sizes.matmul_n, sizes.elements), \
-        torch.get_num_threads()
+    base = timed_ops(torch.float32, device, sizes.matmul_n, sizes.elements)
     net = decoder_stack(sizes.width, sizes.layers, device)
     work, flops = _workloads(torch.float32, net, sizes, False)
     t32, w32 = [fastest_of(f, 3) for f in base[1:]], [fastest_of(f, 3) for f, _ in work]
@@ -183,11 +182,12 @@ def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
     for dtype in SPEED_DTYPES[1:]:
         ops = timed_ops(dtype, device, sizes.matmul_n, sizes.elements)
         ew, dec = (t / fastest_of(f, 3) for t, f in zip(t32, ops[1:]))  # they explain
-        torch.set_num_threads(1)  # the probe on one core, interleaved: robust on a busy machine
-        mm, _ = stable_ratio(base[0], ops[0]), torch.set_num_threads(threads)
+        threads, _ = torch.get_num_threads(), torch.set_num_threads(1)  # the probe: one core,
+        mm, _ = stable_ratio(base[0], ops[0]), torch.set_num_threads(threads)  # robust when busy
         mine, _ = _workloads(dtype, net, sizes, not mm >= EMULATED_RATIO)  # NaN: small
+        fast = (0, math.inf) if mm >= EMULATED_RATIO else (0, 1.0)  # emulated yet faster: doubt
         pre, dec1, train = (stable_ratio(b, f, bound, n / m) for (b, m), (f, n), bound
-                            in zip(work, mine, [(0, math.inf), MEMORY_BOUNDS, (0, math.inf)]))
+                            in zip(work, mine, [fast, MEMORY_BOUNDS, fast]))
         s = DtypeSpeed(str(dtype)[6:], mm, ew, "", dec, pre, dec1, train, speeds[0].bandwidth * ew
                        / 2, speeds[0].compute * pre, rates[0] * pre, rates[1] * dec1)
         speeds.append(dataclasses.replace(s, verdict=speed_verdict(s)))
