@@ -146,3 +146,17 @@ def test_ngc_tf32_variable_on_cpu_as_section_9_says():
     assert out[:2] == ["high True", "highest False"]
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         assert out[2] == "legacy read refused high"
+
+
+def test_notebook_00_names_its_machine_first_and_the_regimes_before_its_verdict():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    kinds = [c["cell_type"] for c in json.loads(path.read_text())["cells"]]
+    assert "print(helpers.machine_stamp(device))" in cells[kinds.index("code")]
+    section_1 = next(i for i, text in enumerate(cells) if text.startswith("## 1."))
+    verdict = next(i for i, text in enumerate(cells) if "recommendation(profile" in text)
+    assert section_1 < verdict and all(f"*{regime}-bound*" in cells[section_1]
+                                       for regime in ("memory", "compute", "overhead"))
