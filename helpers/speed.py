@@ -26,7 +26,7 @@ FAST_RATIO = 0.9  # within ~10 % of float32 or better: "fast"
 EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for this dtype here
 MEMORY_BOUNDS = (0.7, 2.5)  # a memory-bound 16/32 ratio outside: one more round before believed
 BYTES_ALLOW = 2.2  # half the bytes allow about 2x: above, float32's kernel is below memory speed
-AGREE, ROUND_SECONDS = 0.15, 0.5  # two rounds in a row within 15 %, else NaN after ~0.5 s
+AGREE, ROUND_SECONDS = 0.15, 0.8  # two rounds in a row within 15 %, else NaN after ~0.8 s
 STREAM_CAP, FLOP_BUDGET = 128 << 20, 1e9  # memory cap: one 16-bit tensor's bytes; FLOPs a call
 CHAT = (1000, 200)  # the chat shape advice is for: prompt tokens, generated tokens
 
@@ -138,9 +138,9 @@ def fastest_of(fn, calls: int = 5, min_run_time: float = 0.01) -> float:
 
 def stable_ratio(base, fn, bounds=(0.0, math.inf), scale: float = 1.0, calls: int = 3) -> float:
     """float32's time / ``fn``'s, in rounds until two in a row agree within :data:`AGREE` (three
-    where outside ``bounds``); NaN ("noisy") when none do in :data:`ROUND_SECONDS` (<= 4 rounds)."""
+    where outside ``bounds``); NaN ("noisy") when none do in :data:`ROUND_SECONDS` (<= 5 rounds)."""
     start, ratios = time.perf_counter(), []
-    while len(ratios) < 2 or time.perf_counter() - start < ROUND_SECONDS and len(ratios) < 4:
+    while len(ratios) < 2 or time.perf_counter() - start < ROUND_SECONDS and len(ratios) < 5:
         ratios.append(scale * fastest_of(base, calls) / fastest_of(fn, calls))
         need = 2 if bounds[0] <= ratios[-1] <= bounds[1] else 3
         last = ratios[-need:]
@@ -153,8 +153,8 @@ def _workloads(dtype: torch.dtype, net: nn.Sequential, sizes: Sizes, emulated: b
     """(call, tokens) of prefill and training (the first block: all cost alike) and decode."""
     device, layers, width = net[1].weight.device, len(net) // 4, sizes.width
     half = net.requires_grad_(False) if dtype == torch.float32 else copy.deepcopy(net).to(dtype)
-    n, m = (max(2, int(min(256, max(16, sizes.flops / (k * width**2)))) // (16 if emulated else 1))
-            for k in (16, 48))  # tokens per call within the FLOP budget; emulated: 1/16
+    n, m = (max(2, int(min(256, max(16, sizes.flops / (k * width**2)))) // (8 if emulated else 1))
+            for k in (16, 48))  # tokens per call within the FLOP budget; emulated: 1/8
     prompt, one = (torch.ones(k, width, device=device, dtype=dtype) for k in (n, 1))
     batch = torch.ones(m, width, device=device)
     block = copy.deepcopy(net[:4]).requires_grad_(True)  # float32 weights: autocast's
@@ -165,7 +165,7 @@ def _workloads(dtype: torch.dtype, net: nn.Sequential, sizes: Sizes, emulated: b
         loss.backward()
         with torch.no_grad():  # plain SGD (torch.optim's first step imports seconds of code)
             for p in block.parameters():
-                p.sub_(p.grad, alpha=1e-9).grad = None
+                p.sub_(p.grad, alpha=1e-9), p.grad.zero_()  # kept: no allocation
     return ((lambda: half[:4](prompt), n / layers), (lambda: half(one), 1), (step, m)), \
         2 * n * 8 * width**2
 
@@ -258,8 +258,8 @@ class Recommendation:
 def _best(profile, names, key, floor: float):
     """Fastest of ``names`` by ``key`` (>= ``floor``; bf16 unless fp16 >10 % faster), or "noisy"."""
     fine = [n for n in names if key(profile[n]) >= floor]  # NaN never qualifies
-    if not fine and any(math.isnan(key(profile[n])) for n in names):
-        return "noisy"  # a noisy candidate might have won
+    if any(math.isnan(key(profile[n])) for n in names):
+        return "noisy"  # a noisy candidate might have won: no verdict without it
     return max(fine, default=None, key=lambda n: key(profile[n]) * (1.1 if n == "bfloat16" else 1))
 
 
