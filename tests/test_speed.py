@@ -220,6 +220,8 @@ def test_zen4_serves_a_chat_in_bf16_although_fp16_decodes_faster():
 def test_a_xeon_whose_16_bit_decoding_is_slow_keeps_float32_weights_for_a_chat():
     r = recommendation(XEON, "cpu")
     assert r.decoding.startswith("float32") and "bfloat16" in r.batched and "bfloat16" in r.training
+    tie = fake_profile(dict(pre=1.0, dec=1.05), dict(pre=0.3, dec=1.05, mm=0.03))  # AVX2-like, 2 threads
+    assert recommendation(tie, "cpu").decoding == "float32 (16-bit weights: under 10 % faster here)"
 
 
 def test_avx2_laptop_and_noise():
