@@ -147,8 +147,7 @@ def tf32_settings() -> dict[str, object]:
 
 @contextlib.contextmanager
 def tf32_flags(enabled: bool) -> Iterator[None]:
-    """TF32 for CUDA matmuls and cuDNN on or off inside the block (legacy setters: both views in
-    step), then both views as they were. Taught in notebook 00 §9."""
+    """TF32 for CUDA matmuls and cuDNN on or off in the block (both views in step); 00 §9."""
     new, legacy = [(holder, holder.fp32_precision) for _, holder in _new_tf32_api()], _legacy_tf32()
     torch.set_float32_matmul_precision("high" if enabled else "highest")  # both views in step
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
@@ -190,8 +189,7 @@ def quiet_native_stderr() -> Iterator[None]:
         yield
     finally:
         os.dup2(saved, 2)
-        for descriptor in (saved, null):
-            os.close(descriptor)
+        os.close(saved), os.close(null)
 
 
 def cpu_flags() -> set[str]:
@@ -232,13 +230,15 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
         unknown = f"CPU ({machine}): unknown on this architecture: measure"
         return {**report, "bfloat16": unknown, "float16": unknown}
     for name, short, instructions in (("bfloat16", "bf16", ("avx512_bf16", "amx_bf16")),
-                                      ("float16", "fp16", ("avx512_fp16", "amx_fp16"))):
+                                      ("float16", "fp16", ("amx_fp16",))):  # matrix units
         found = sorted(set(instructions) & cpu_flags())
         report[name] = (
             f"CPU reports {short} instructions ({', '.join(found)}): oneDNN kernels can use them"
-            if found else f"CPU reports no {'/'.join(instructions)}: {short} math is emulated "
+            if found else f"CPU reports no {'/'.join(instructions)}: {short} matmuls are emulated "
             "through fp32 (compute-bound work above 00 §2's crossover batch much SLOWER; batch-1 "
             "layers up to 2x faster where the kernel keeps pace with memory: the ratio says)")
+    if "avx512_fp16" in cpu_flags() and "amx_fp16" not in cpu_flags():  # Sapphire/Emerald Rapids
+        report["float16"] += "; avx512_fp16 alone: fp16 matmuls at fp32's speed (recorded: Xeon)"
     return report
 
 
@@ -269,6 +269,14 @@ def cpu_model() -> str:
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
     return names[0] if names else platform.processor() or platform.machine() or "unknown CPU"
+
+
+def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache"),
+                           default: int = 32 << 20) -> int:
+    """The largest CPU cache, from Linux's sysfs; ``default`` (32 MiB) where it cannot be read."""
+    texts = [path.read_text().strip().upper() for path in root.glob("index*/size")]
+    return max((int(t.rstrip("KM")) << {"K": 10, "M": 20}.get(t[-1:], 0) for t in texts),
+               default=default)
 
 
 SIXTEEN_BIT_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")

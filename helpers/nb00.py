@@ -1,38 +1,35 @@
 """Notebook 00's scaffolding: the roofline (§2), tables, spacing plot (§3-4), 00.4's data."""
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
 
 import torch
 
 from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
-from .speed import MAX_MEMORY_RATIO, MIN_MEMORY_RATIO, default_sizes, last_level_cache_bytes
+from .speed import BYTES_ALLOW, MEMORY_BOUNDS, default_sizes
 
 COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
+SWEEP_FLOPS = 8e9  # the time budget: float32 FLOPs of the largest batch's call (past batch 32)
 
 
-def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int]:
-    """(n x n weights, batches, add's elements) for §2; CPU: 16-bit weights 2x the LLC."""
+def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int, bool]:
+    """(n x n weights, batches, add's elements, inside the cache?) for §2: the profile's sizes."""
+    sizes = default_sizes(device)
     if torch.device(device).type in ("cuda", "mps"):
-        return 8192, (1, 4, 16, 64, 256, 1024, 4096), 1 << 26
-    n = min(12288, 256 * math.ceil(math.sqrt(last_level_cache_bytes()) / 256))  # n*n*2 >= 2 LLC
-    return n, (1, 2, 4, 8, 16, 32, 64, 128), default_sizes(device)[1]
+        return 8192, (1, 4, 16, 64, 256, 1024, 4096), sizes.elements, False
+    n = 256 * math.ceil(math.sqrt(sizes.elements) / 256)  # 16-bit weights: the add's vector
+    batches = tuple(b for b in (2**k for k in range(10)) if b <= 32 or 2 * b * n * n <= SWEEP_FLOPS)
+    return n, batches, sizes.elements, sizes.in_cache
 
 
-@dataclass(frozen=True)
-class Point:
-    """One timed op: its FLOPs, the bytes it must move, its time; ``size``: batch or elements."""
-
-    dtype: str
-    op: str  # "linear" or "add"
-    size: int
-    flops: int
-    nbytes: int
-    seconds: float
+class Point(collections.namedtuple("Point", "dtype op size flops nbytes seconds")):
+    """One timed op ("linear" or "add"; ``size``: batch or elements), its FLOPs, the fewest bytes it
+    must move, its seconds."""
 
     @property
-    def intensity(self) -> float:  # FLOPs per byte moved
+    def intensity(self) -> float:  # FLOPs per byte moved: an upper bound (the fewest bytes)
         return self.flops / self.nbytes
 
     @property
@@ -43,7 +40,6 @@ class Point:
 @dataclass(frozen=True)
 class Roofline:
     """Per dtype, the roofs one sweep measured (add's bytes/s, fastest linear's FLOP/s)."""
-
     points: list[Point]
     bandwidth: dict[str, float]
     compute: dict[str, float]
@@ -56,6 +52,9 @@ class Roofline:
                    {d: max(p.rate for p in points if (p.dtype, p.op) == (d, "linear"))
                     for d in COLOURS})
 
+    def ridge(self, dtype: str) -> float:
+        return self.compute[dtype] / self.bandwidth[dtype]
+
     def ratios(self, dtype: str) -> dict[int, float]:
         """float32's time / ``dtype``'s per batch both ran (above 1: ``dtype`` is faster)."""
         time = {(p.dtype, p.size): p.seconds for p in self.points if p.op == "linear"}
@@ -63,12 +62,9 @@ class Roofline:
 
     def ties_up_to(self, dtype: str) -> int | None:
         """The largest batch up to which ``dtype`` ran at least 0.9x float32's speed throughout."""
-        tied = None
-        for batch, ratio in sorted(self.ratios(dtype).items()):
-            if ratio < 0.9:
-                break
-            tied = batch
-        return tied
+        ratios = sorted(self.ratios(dtype).items())
+        lost = [b for b, r in ratios if r < 0.9]
+        return max((b for b, _ in ratios if not lost or b < lost[0]), default=None)
 
     def _words(self, d: str) -> str:
         ratios, tied = self.ratios(d), self.ties_up_to(d)
@@ -76,22 +72,22 @@ class Roofline:
             return f"ties or wins (>= 0.9x float32) at every batch measured, 1 to {tied}"
         lost = min(b for b, r in ratios.items() if r < 0.9 and b > (tied or 0))
         point = next(p for p in self.points if (p.dtype, p.op, p.size) == (d, "linear", lost))
-        bound = (f"compute-bound (intensity {point.intensity:.1f} > ridge): only 16-bit units help"
-                 if point.intensity > self.compute[d] / self.bandwidth[d]
+        bound = (f"intensity {point.intensity:.1f} > ridge at the fewest bytes: compute-bound "
+                 "(only 16-bit units help) unless it moves more" if point.intensity > self.ridge(d)
                  else "below the ridge: this kernel moves its bytes slower than float32's")
         start = f"ties or wins up to batch {tied}" if tied else "slower than float32 from batch 1"
         return f"{start}; batch {lost}: {ratios[lost]:.2f}x, {bound}"
 
     def __str__(self) -> str:
         lines = [f"{d:>9}: bandwidth roof {self.bandwidth[d] / 1e9:6.1f} GB/s, compute roof "
-                 f"{self.compute[d] / 1e9:6.1f} GFLOP/s, ridge at "
-                 f"{self.compute[d] / self.bandwidth[d]:5.2f} FLOP/byte" for d in COLOURS]
+                 f"{self.compute[d] / 1e9:6.1f} GFLOP/s, ridge at {self.ridge(d):5.2f} FLOP/byte"
+                 for d in COLOURS]
         for d in ("bfloat16", "float16"):
             one = self.ratios(d)[1]  # memory-bound: half the bytes allow about 2x, not more
-            noise = ": more than half the bytes allow, noise: run again" * (one > MAX_MEMORY_RATIO)
+            noise = ": more than half the bytes allow, run again" * (one > BYTES_ALLOW)
             add = self.bandwidth[d] / self.bandwidth["float32"] * 2  # float32's time / d's
-            odd = (f"; add {add:.2f}x float32, outside {MIN_MEMORY_RATIO}-{MAX_MEMORY_RATIO}x: "
-                   "noise, run again") * (not MIN_MEMORY_RATIO <= add <= MAX_MEMORY_RATIO)
+            odd = (f"; add {add:.2f}x float32, outside {MEMORY_BOUNDS[0]}-{MEMORY_BOUNDS[1]}x: "
+                   "noise, run again") * (not MEMORY_BOUNDS[0] <= add <= MEMORY_BOUNDS[1])
             lines.append(f"{d} weights: {self._words(d)} (batch 1: {one:.2f}x{noise}{odd})")
         tiny = min((p for p in self.points if (p.dtype, p.op) == ("float32", "add")),
                    key=lambda p: p.size)
@@ -151,8 +147,7 @@ def bit_table(values: tuple[float, ...], dtypes: tuple[torch.dtype, ...] = ALL_F
 
 
 def plot_spacing(magnitudes: torch.Tensor, gaps: dict[torch.dtype, torch.Tensor], ax=None):
-    """Log-log gap vs magnitude per dtype, within its range; dashed: largest finite, dotted:
-    smallest normal (left of it: subnormals, then underflow to zero)."""
+    """Log-log gap vs magnitude per dtype in its range (lines: largest finite, smallest normal)."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(7.5, 4), dpi=80)[1]
@@ -164,8 +159,7 @@ def plot_spacing(magnitudes: torch.Tensor, gaps: dict[torch.dtype, torch.Tensor]
         ax.axvline(f.max, color=colour, linestyle="--", linewidth=1)
         ax.axvline(f.smallest_normal, color=colour, linestyle=":", linewidth=1)
     ax.set(xlabel="magnitude |x|", ylabel="gap to the next representable number")
-    ax.set_title("Spacing vs magnitude (dashed: largest finite; dotted: smallest normal)",
-                 fontsize=10)
+    ax.set_title("Spacing vs magnitude (dashed: largest finite, dotted: smallest normal)", size=9)
     ax.legend(fontsize=8)
     return ax
 

@@ -1,90 +1,108 @@
-"""16-bit speed here (:func:`speed_profile`), work sized to it, what to use; notebook 00 §1-2."""
+"""16-bit speed here, from workloads at the learner's threads (:func:`speed_profile`), and what to
+use (:func:`recommendation`); notebook 00 §1-2."""
 from __future__ import annotations
 
+import collections
 import contextlib
-import functools
+import copy
+import dataclasses
+import datetime
 import json
 import math
 import os
 import platform
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from .device import autocast_dtype, cpu_flags, strict_fp32, supported_autocast_dtypes
+from .device import autocast_dtype, cuda_native_bf16, last_level_cache_bytes, machine_stamp, \
+    strict_fp32, supported_autocast_dtypes
 
-CACHE_VERSION = 3  # v3: a batch-1 F.linear past the cache; >= 5 calls per memory-bound timing
+CACHE_VERSION = 4  # v4: workloads (prefill, decode, training step) in stable rounds
 SPEED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-FAST_RATIO = 0.9  # within ~10 % of float32 or better: "fast" (timing noise on a busy laptop)
+FAST_RATIO = 0.9  # within ~10 % of float32 or better: "fast"
 EMULATED_RATIO = 0.33  # 3x slower than float32 or worse: no 16-bit units for this dtype here
-MAX_MEMORY_RATIO = 3.0  # half the bytes: about 2x (2.4x seen on one core); beyond 3x is noise
-MIN_MEMORY_RATIO = 0.7  # an add of half the bytes 30 % slower than float32's: noise too
+MEMORY_BOUNDS = (0.7, 2.5)  # a memory-bound 16/32 ratio outside: one more round before believed
+BYTES_ALLOW = 2.2  # half the bytes allow about 2x: above, float32's kernel is below memory speed
+AGREE, ROUND_SECONDS = 0.15, 0.8  # two rounds in a row within 15 %, else NaN after ~0.8 s
+STREAM_CAP, FLOP_BUDGET = 128 << 20, 1e9  # memory cap: one 16-bit tensor's bytes; FLOPs a call
+CHAT = (1000, 200)  # the chat shape advice is for: prompt tokens, generated tokens
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class DtypeSpeed:
-    """One dtype's measured speed relative to float32 on one device (above 1: faster)."""
-
+    """One dtype's speed relative to float32 (above 1: faster) and its roofline figures."""
     dtype: str
-    matmul_speedup: float  # compute-bound: float32 time / this dtype's time, n x n matmul
-    elementwise_speedup: float  # memory-bound: the same for adding two long vectors (NaN: noise)
-    verdict: str  # the plain-words reading of the ratios
-    decode_speedup: float = math.nan  # batch-1 F.linear, weights past the cache (NaN: noise)
+    matmul_speedup: float  # 256 x 256 matmul (compute-bound): the emulation probe
+    elementwise_speedup: float  # add of two long vectors (memory-bound); NaN: noisy
+    verdict: str
+    decode_speedup: float = math.nan  # batch-1 F.linear (memory-bound): explains
+    prefill_speedup: float = math.nan  # the decoder stack's prompt tokens/s: decides
+    decoding_speedup: float = math.nan  # its generated tokens/s (batch 1, one by one): decides
+    training_speedup: float = math.nan  # autocast training step (float32 weights): decides
+    bandwidth: float = math.nan  # bytes/s of the add (3 streams)
+    compute: float = math.nan  # FLOP/s of the prefill
+    prefill_tokens_s: float = math.nan
+    decode_tokens_s: float = math.nan
 
     @property
-    def compute_is_fast(self) -> bool:  # compute-bound matmuls about as fast as float32's or faster
+    def ridge(self) -> float:  # FLOP per byte where the roofline's slope meets its roof
+        return self.compute / self.bandwidth
+
+    @property
+    def chat_seconds(self) -> float:  # CHAT: the prompt at the prefill rate, then token by token
+        return CHAT[0] / self.prefill_tokens_s + CHAT[1] / self.decode_tokens_s
+
+    @property
+    def compute_is_fast(self) -> bool:
         return self.matmul_speedup >= FAST_RATIO
 
     @property
-    def emulated(self) -> bool:  # compute-bound matmuls 3x slower than float32's or worse
-        return self.matmul_speedup < EMULATED_RATIO
+    def emulated(self) -> bool:  # or unknown (NaN): work sized for emulation is safe
+        return not self.matmul_speedup >= EMULATED_RATIO
 
 
-def speed_verdict(matmul: float, ew: float, matmul_n: int = 256, dec: float | None = None) -> str:
-    """Words for the ratios to float32 (matmul, add, batch-1 F.linear; :class:`DtypeSpeed`)."""
-    mm = f"{matmul_n}x{matmul_n} matmul (compute-bound)"
-    if matmul >= 1.2:
-        compute = f"native 16-bit math: {mm} {matmul:.1f}x faster than float32"
-    elif matmul >= FAST_RATIO:
-        compute = f"{mm} about as fast as float32 ({matmul:.2f}x)"
-    elif matmul >= EMULATED_RATIO:
-        compute = f"{mm} {1 / matmul:.1f}x slower than float32"
-    else:
-        compute = f"emulated: {mm} {1 / matmul:.0f}x slower than float32"
-    memory = ("memory-bound ops: timings disagreed (noise), measure again" if math.isnan(ew) else
-              f"memory-bound ops {ew:.1f}x faster (half the bytes)" if ew >= 1.1 else
-              f"memory-bound ops {ew:.2f}x float32")
-    batch1 = "" if dec is None else "; batch-1 F.linear: timings disagreed, measure again" \
-        if math.isnan(dec) else f"; batch-1 F.linear {dec:.2f}x"
-    return f"{compute}; {memory}{batch1}"
+class SpeedProfile(dict):
+    """dtype name -> :class:`DtypeSpeed`, with the machine line, threads, time and cache honesty."""
+
+    def __init__(self, speeds, **attributes):  # stamp, threads, measured_at, in_cache
+        super().__init__((s.dtype, s) for s in speeds)
+        vars(self).update(attributes)
 
 
-def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache"),
-                           default: int = 32 << 20) -> int:
-    """The largest CPU cache, from Linux's sysfs; ``default`` (32 MiB) where it cannot be read."""
-    sizes = []
-    for path in root.glob("index*/size"):
-        text = path.read_text().strip().upper()
-        sizes.append(int(text.rstrip("KM")) << {"K": 10, "M": 20}.get(text[-1:], 0))
-    return max(sizes, default=default)
+def speed_verdict(s: DtypeSpeed) -> str:
+    """A dtype's ratios in words (workloads, then the ops that explain them; NaN: "noisy")."""
+    def x(what: str, ratio: float, memory: bool = False) -> str:
+        flag = " (more than half the bytes allow: float32's kernel below memory speed)"
+        return f"{what}: noisy: measure again" if math.isnan(ratio) else \
+            f"{what} {ratio:.2f}x" + flag * (memory and ratio > BYTES_ALLOW)
+    units = "256x256 matmul: noisy" if math.isnan(s.matmul_speedup) else ("emulated" if s.emulated
+        else "16-bit units") + f" (256x256 matmul, one core, {s.matmul_speedup:.2f}x)"
+    return "; ".join([x("prefill", s.prefill_speedup), x("decoding", s.decoding_speedup, True),
+                      x("autocast training step", s.training_speedup), units,
+                      x("add (memory-bound)", s.elementwise_speedup, True),
+                      x("batch-1 F.linear", s.decode_speedup, True)])
 
 
-def default_sizes(device: str | torch.device) -> tuple[int, int]:
-    """(n x n matmul, add's elements); CPU: a 16-bit vector 2x the LLC, at most 1.5 GB in fp32."""
+Sizes = collections.namedtuple("Sizes", "matmul_n elements width layers in_cache flops",  # timed;
+                               defaults=(FLOP_BUDGET,))  # flops: of one prefill or training call
+
+
+def default_sizes(device: str | torch.device) -> Sizes:
+    """CPU: each 16-bit tensor 2x the last-level cache, at most :data:`STREAM_CAP`."""
     if torch.device(device).type in ("cuda", "mps"):
-        return 4096, 1 << 26
-    return 256, min(max(1 << 22, last_level_cache_bytes()), 1 << 27)
-
-
-def decode_side(elementwise_n: int) -> int:
-    """k of the k x k batch-1 weight: k * k >= ``elementwise_n``, past the cache as an add is."""
-    return 64 * math.ceil(math.sqrt(elementwise_n) / 64)
+        return Sizes(4096, 1 << 26, 2048, 8, False, 1e3 * FLOP_BUDGET)
+    llc = last_level_cache_bytes()
+    stream = max(8 << 20, min(2 * llc, STREAM_CAP))  # bytes of one 16-bit tensor
+    layers = math.ceil(stream / (16 << 20))  # a layer: 8 x 1024^2 weights, 16 MiB in 16 bits
+    return Sizes(256, stream // 2, 1024, layers, stream < 2 * llc)
 
 
 def timed_ops(dtype: torch.dtype, device: torch.device, matmul_n: int, elementwise_n: int):
-    """Matmul, add, batch-1 F.linear (``x @ w.T``), into outputs made here: the timer sees none."""
-    generator, k = torch.Generator(device).manual_seed(0), decode_side(elementwise_n)
+    """Matmul, add, batch-1 F.linear (k x k >= the add), into outputs made here (no allocation)."""
+    generator, k = torch.Generator(device).manual_seed(0), 64 * math.ceil(elementwise_n**0.5 / 64)
     a = torch.randn(matmul_n, matmul_n, device=device, generator=generator).to(dtype)
     x, y = torch.ones(2, elementwise_n, device=device, dtype=dtype)  # values: no matter to an add
     w, v = torch.full((k, k), 0.01, device=device, dtype=dtype), x[:k].view(1, k)
@@ -93,57 +111,94 @@ def timed_ops(dtype: torch.dtype, device: torch.device, matmul_n: int, elementwi
         (lambda: torch.mm(v, w.t(), out=out))
 
 
-def fastest_of(fn, calls: int = 5, min_run_time: float = 0.01) -> float:
-    """Fastest of >= ``calls`` timings (single calls after a warm-up; time_it's blocks); 00 §1-2."""
-    from .measure import benchmark, time_it  # loads torch.utils.benchmark: only when measuring
+def decoder_stack(width: int, layers: int, device: torch.device, seed: int = 0) -> nn.Sequential:
+    """Random-weight decoder-like MLP blocks (LayerNorm, Linear d -> 4d, GELU, Linear 4d -> d)."""
+    with torch.device("meta"):  # no default initialisation: the weights come from the generator
+        net = nn.Sequential(*[m for _ in range(layers) for m in (nn.LayerNorm(width), nn.Linear(
+            width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))]).to_empty(device=device)
+    generator = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.uniform_(-1, 1, generator=generator).div_(p.shape[-1] ** 0.5) if p.dim() > 1 else \
+                p.fill_(1)
+    return net
 
+
+def fastest_of(fn, calls: int = 5, min_run_time: float = 0.01) -> float:
+    """Fastest of >= ``calls`` timed calls after a warm-up (``torch.utils.benchmark``); 00 §1-2."""
+    from .measure import benchmark  # loads torch.utils.benchmark: only when measuring
     timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     times = list(timer.blocked_autorange(min_run_time=0).times)  # one warm-up, one timed call
-    if times[0] < min_run_time / 20:  # quick: a single call would time the timer too
-        times += time_it(fn, min_run_time=min_run_time).times
+    if times[0] < min_run_time / 20:  # quick: blocks of calls, or the timer times itself
+        times += timer.blocked_autorange(min_run_time=min_run_time).times
     while len(times) < calls:
         times += timer.blocked_autorange(min_run_time=0).times  # one warm-up, one timed call
     return min(times)
 
 
-@functools.lru_cache(maxsize=None)
-def _speed_profile(device: str, threads: int, matmul_n: int, elementwise_n: int,
-                   min_run_time: float) -> tuple[DtypeSpeed, ...]:
-    t, low = {}, (0, MIN_MEMORY_RATIO, 0.0)  # seconds per (dtype, op); an emulated batch-1: slow
-    ok = lambda d, op: low[op] <= t[torch.float32, op] / t[d, op] <= MAX_MEMORY_RATIO  # noqa: E731
-    torch.set_num_threads(1)  # one core: a busy machine cannot stall a second thread every call
-    try:
-        with strict_fp32():
-            for dtype in SPEED_DTYPES:  # one dtype's tensors in memory at a time
-                ops = enumerate(timed_ops(dtype, torch.device(device), matmul_n, elementwise_n))
-                t.update({(dtype, op): fastest_of(fn, min_run_time=min_run_time) for op, fn in ops})
-            for dtype, op in [(d, op) for d in SPEED_DTYPES[1:] for op in (1, 2) if not ok(d, op)]:
-                for d in (torch.float32, dtype):  # implausible: 5 more calls each, then noise
-                    again = timed_ops(d, torch.device(device), 8, elementwise_n)[op]
-                    t[d, op] = min(t[d, op], fastest_of(again))
-    finally:
-        torch.set_num_threads(threads)
-    profile = [DtypeSpeed("float32", 1.0, 1.0, "the baseline", 1.0)]
-    for d in SPEED_DTYPES[1:]:
-        mm, ew, dec = (t[torch.float32, op] / t[d, op] if op == 0 or ok(d, op) else math.nan
-                       for op in range(3))
-        profile.append(DtypeSpeed(str(d)[6:], mm, ew, speed_verdict(mm, ew, matmul_n, dec), dec))
-    return tuple(profile)
+def stable_ratio(base, fn, bounds=(0.0, math.inf), scale: float = 1.0, calls: int = 3) -> float:
+    """float32's time / ``fn``'s, in rounds until two in a row agree within :data:`AGREE` (three
+    where outside ``bounds``); NaN ("noisy") when none do in :data:`ROUND_SECONDS` (<= 5 rounds)."""
+    start, ratios = time.perf_counter(), []
+    while len(ratios) < 2 or time.perf_counter() - start < ROUND_SECONDS and len(ratios) < 5:
+        ratios.append(scale * fastest_of(base, calls) / fastest_of(fn, calls))
+        need = 2 if bounds[0] <= ratios[-1] <= bounds[1] else 3
+        last = ratios[-need:]
+        if len(last) == need and max(last) <= (1 + AGREE) * min(last):
+            return math.exp(sum(map(math.log, last)) / need)
+    return math.nan
 
 
-def _machine_key(device: torch.device, matmul_n: int, elementwise_n: int) -> str:
-    """What a cached profile is valid for: benchmark version, hardware, kernels, threads, sizes."""
-    if device.type == "cuda":
-        capability = "sm_%d%d" % torch.cuda.get_device_capability(device)
-        hardware = f"{torch.cuda.get_device_name(device)} {capability}"
-    else:
-        isa = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
-        flags = "+".join(sorted(cpu_flags() & isa))
-        hardware = f"{platform.machine()} {platform.processor()} {flags}"
-    kernels = " ".join([torch.backends.cpu.get_cpu_capability()] + [
-        f"{v}={os.environ.get(v)}" for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")])
-    return (f"v{CACHE_VERSION}|{device.type}|{hardware}|{kernels}|torch {torch.__version__}|"
-            f"{torch.get_num_threads()} threads|{matmul_n}|{elementwise_n}")
+def _workloads(dtype: torch.dtype, net: nn.Sequential, sizes: Sizes, emulated: bool):
+    """(call, tokens) of prefill and training (the first block: all cost alike) and decode."""
+    device, layers, width = net[1].weight.device, len(net) // 4, sizes.width
+    half = net.requires_grad_(False) if dtype == torch.float32 else copy.deepcopy(net).to(dtype)
+    n, m = (max(2, int(min(256, max(16, sizes.flops / (k * width**2)))) // (8 if emulated else 1))
+            for k in (16, 48))  # tokens per call within the FLOP budget; emulated: 1/8
+    prompt, one = (torch.ones(k, width, device=device, dtype=dtype) for k in (n, 1))
+    batch = torch.ones(m, width, device=device)
+    block = copy.deepcopy(net[:4]).requires_grad_(True)  # float32 weights: autocast's
+
+    def step():
+        with torch.amp.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = block(batch).float().square().mean()
+        loss.backward()  # then plain SGD (torch.optim's first step imports seconds of code)
+        for p in block.parameters():
+            p.data.sub_(p.grad, alpha=1e-9), p.grad.zero_()  # gradients kept: no allocation
+    step(), step()  # warm-up: gradients allocated, kernels chosen before any timing
+    return ((lambda: half[:4](prompt), n / layers), (lambda: half(one), 1), (step, m)), \
+        2 * n * 8 * width**2
+
+
+def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
+    """Every dtype against float32: the ops that explain once, the workloads in stable rounds."""
+    base = timed_ops(torch.float32, device, sizes.matmul_n, sizes.elements)
+    net = decoder_stack(sizes.width, sizes.layers, device)
+    work, flops = _workloads(torch.float32, net, sizes, False)
+    t32, w32 = [fastest_of(f, 3) for f in base[1:]], [fastest_of(f, 3) for f, _ in work]
+    rates = [n / t for (_, n), t in zip(work, w32)]
+    speeds = [DtypeSpeed("float32", 1.0, 1.0, "the baseline", 1.0, 1.0, 1.0, 1.0,
+                         12 * sizes.elements / t32[0], flops / w32[0], rates[0], rates[1])]
+    for dtype in SPEED_DTYPES[1:]:
+        ops = timed_ops(dtype, device, sizes.matmul_n, sizes.elements)
+        ew, dec = (t / fastest_of(f, 3) for t, f in zip(t32, ops[1:]))  # they explain
+        threads, _ = torch.get_num_threads(), torch.set_num_threads(1)  # the probe: one core,
+        mm, _ = stable_ratio(base[0], ops[0]), torch.set_num_threads(threads)  # robust when busy
+        mine, _ = _workloads(dtype, net, sizes, not mm >= EMULATED_RATIO)  # NaN: small
+        fast = (0, math.inf) if mm >= EMULATED_RATIO else (0, 1.0)  # emulated yet faster: doubt
+        pre, dec1, train = (stable_ratio(b, f, bound, n / m) for (b, m), (f, n), bound
+                            in zip(work, mine, [fast, MEMORY_BOUNDS, fast]))
+        s = DtypeSpeed(str(dtype)[6:], mm, ew, "", dec, pre, dec1, train, speeds[0].bandwidth * ew
+                       / 2, speeds[0].compute * pre, rates[0] * pre, rates[1] * dec1)
+        speeds.append(dataclasses.replace(s, verdict=speed_verdict(s)))
+    return speeds
+
+
+def _machine_key(device: torch.device, sizes: Sizes, threads: int) -> str:
+    """What a cached profile is valid for: version, machine, kernel limits, threads, sizes."""
+    limits = [f"{v}={os.environ.get(v)}" for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")]
+    return f"v{CACHE_VERSION}|{machine_stamp(device)}|{platform.processor()}|{limits}|{threads}|" \
+        f"{sizes}"
 
 
 def speed_cache_path() -> Path:
@@ -152,32 +207,31 @@ def speed_cache_path() -> Path:
     return Path(root) / "speed_profile.json"
 
 
-def speed_profile(device: str | torch.device = "cpu", *, matmul_n: int | None = None,
-                  elementwise_n: int | None = None, min_run_time: float = 0.03,
-                  refresh: bool = False) -> dict[str, DtypeSpeed]:
-    """Each dtype's :class:`DtypeSpeed` from :func:`timed_ops` (an implausible memory-bound ratio:
-    measured again, then NaN); cached by :func:`_machine_key`; notebook 00 §1."""
-    device = torch.device(device)
-    matmul_n, elementwise_n = (given or default for given, default in
-                               zip((matmul_n, elementwise_n), default_sizes(device)))
-    key, path = _machine_key(device, matmul_n, elementwise_n), speed_cache_path()
-    cache = {}
+def speed_profile(device: str | torch.device = "cpu", *, threads: int | None = None,
+                  refresh: bool = False, sizes: Sizes | None = None) -> SpeedProfile:
+    """Each dtype's :class:`DtypeSpeed` at ``threads`` (default: the learner's, all of them),
+    cached per machine (:func:`_machine_key`) with when and where it was measured; 00 §1."""
+    device, threads = torch.device(device), threads or torch.get_num_threads()
+    sizes = sizes or default_sizes(device)
+    key, path, cache = _machine_key(device, sizes, threads), speed_cache_path(), {}
     with contextlib.suppress(OSError, ValueError):  # none yet, or unreadable: measure
         cache = json.loads(path.read_text())
-    if refresh:
-        _speed_profile.cache_clear()
-    elif key in cache:
-        return {name: DtypeSpeed(name, mm, ew, "the baseline" if name == "float32" else
-                                 speed_verdict(mm, ew, matmul_n, dec), dec)
-                for name, (mm, ew, dec) in cache[key].items()}
-    profile = {s.dtype: s for s in _speed_profile(str(device), torch.get_num_threads(), matmul_n,
-                                                  elementwise_n, min_run_time)}
-    cache[key] = {n: (s.matmul_speedup, s.elementwise_speedup, s.decode_speedup)
-                  for n, s in profile.items()}
-    with contextlib.suppress(OSError):  # a read-only home: measure again next time
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cache, indent=1))
-    return profile
+    if key not in cache or refresh:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with strict_fp32():
+                speeds, stamp = _measure(device, sizes), machine_stamp(device)
+        finally:
+            torch.set_num_threads(previous)
+        cache[key] = {"stamp": stamp, "in_cache": sizes.in_cache, "speeds": [
+            s.__dict__ for s in speeds], "measured_at": datetime.datetime.now().astimezone(
+            ).isoformat("T", "seconds")}
+        with contextlib.suppress(OSError):  # a read-only home: measure again next time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cache, indent=1))
+    entry = dict(cache[key], threads=threads)
+    return SpeedProfile([DtypeSpeed(**s) for s in entry.pop("speeds")], **entry)
 
 
 def workload(dtype: torch.dtype | str, full: int, reduced: int,
@@ -187,47 +241,60 @@ def workload(dtype: torch.dtype | str, full: int, reduced: int,
     return reduced if name != "float32" and speed_profile(device)[name].emulated else full
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Recommendation:
-    """What to use on one device per workload shape (:func:`recommendation`)."""
-
-    decoding: str  # batch 1, token by token: from the measured batch-1 F.linear
-    batched: str  # batched inference: compute-bound, 16-bit units decide
+    """What to use on one device per workload shape (:func:`recommendation`), printable."""
+    decoding: str  # serving a chat: one weight dtype for prefill and decode together
+    batched: str
     training: str
     reason: str
 
     def __str__(self) -> str:
-        return "\n".join(f"{label:>34}: {text}" for label, text in (
-            ("batch-1 / decoding (memory-bound)", self.decoding),
-            ("batched inference", self.batched), ("training", self.training),
-            ("because", self.reason)))
+        return "\n".join(f"{label:>37}: {text}" for label, text in zip((
+            f"chat, {CHAT[0]:,}-token prompt + {CHAT[1]} tokens", "batched inference", "training",
+            "because"), (self.decoding, self.batched, self.training, self.reason)))
+
+
+def _best(profile, names, key, floor: float):
+    """Fastest of ``names`` by ``key`` (>= ``floor``; bf16 unless fp16 >10 % faster), or "noisy"."""
+    fine = [n for n in names if key(profile[n]) >= floor]  # NaN never qualifies
+    if any(math.isnan(key(profile[n])) for n in names):
+        return "noisy"  # a noisy candidate might have won: no verdict without it
+    return max(fine, default=None, key=lambda n: key(profile[n]) * (1.1 if n == "bfloat16" else 1))
 
 
 def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
-    """Per workload shape, from ``profile``: batched, the fast dtype autocast accepts; decoding, the
-    faster batch-1 weights; bf16 unless fp16 is >10 % faster. Notebooks 00 §1, 07 §1."""
-    device = torch.device(device)
+    """From ``profile``'s workloads: one weight dtype for a chat (prefill + decode), autocast for
+    batched work and training where it measured fast; the micro-ops explain. 00 §1, 07 §1."""
+    device, x = torch.device(device), lambda v: "noisy" if math.isnan(v) else f"{v:.2f}x"
     allowed = [str(d)[6:] for d in supported_autocast_dtypes(device.type)]
-    fast = [n for n in ("bfloat16", "float16") if n in allowed and profile[n].compute_is_fast]
-    if device.type == "cuda":
-        fast = [n for n in fast if n == str(autocast_dtype(device))[6:]]
-    bonus = {"bfloat16": 1.1, "float16": 1.0}  # bf16 unless fp16 is >10 % faster: no GradScaler
-    pick = max(fast, key=lambda n: profile[n].matmul_speedup * bonus[n], default=None)
-    faster = [n for n in allowed if profile[n].decode_speedup >= 1.1]
-    light = max(faster, key=lambda n: profile[n].decode_speedup * bonus[n], default=None)
-    reason = "; ".join(f"{what}: bf16 {getattr(profile['bfloat16'], field):.2f}x, fp16 "
-                       f"{getattr(profile['float16'], field):.2f}x float32" for what, field in (
-        ("compute-bound matmul", "matmul_speedup"), ("memory-bound add", "elementwise_speedup"),
-        ("batch-1 F.linear", "decode_speedup")))
-    decoding = (f"{light} weights (`model.to(torch.{light})`): batch-1 F.linear "
-                f"{profile[light].decode_speedup:.2f}x float32 here" if light else
-                "timings disagreed: measure again (`speed_profile(device, refresh=True)`)"
-                if allowed and all(math.isnan(profile[n].decode_speedup) for n in allowed) else
-                "float32 (16-bit weights measured no faster at batch 1 here; they halve memory)")
-    if pick is None:
-        return Recommendation(decoding, "float32 (no fast 16-bit matmul units here)", "float32",
-                              reason)
-    scaler = (f"and torch.amp.GradScaler({device.type!r})" if pick == "float16"
-              else "no GradScaler (bf16 has float32's range)")
-    return Recommendation(decoding, f"torch.amp.autocast({device.type!r}, dtype=torch.{pick})",
-                          f"the same autocast, float32 weights, {scaler}", reason)
+    if device.type == "cuda":  # native only: bf16 on a V100/T4 is emulated
+        allowed = [n for n in allowed if n != "bfloat16" or cuda_native_bf16(device)]
+    native = [str(autocast_dtype(device))[6:]] if device.type == "cuda" else allowed
+    t32, again = profile["float32"].chat_seconds, "noisy: measure again (`refresh=True`)"
+    picks = [_best(profile, allowed, lambda s: t32 / s.chat_seconds, 1.1),  # a clear gain
+             _best(profile, native, lambda s: s.prefill_speedup, FAST_RATIO),
+             _best(profile, ["bfloat16"] if device.type == "mps" and "bfloat16" in native
+                   else native, lambda s: s.training_speedup, FAST_RATIO)]  # MPS: no fp16 scaler
+    chat, pick, step = picks
+    text = [again if p == "noisy" else f"float32 (16-bit {w} here)" if p is None else "" for p, w in
+            zip(picks, ("weights: under 10 % faster", "forward: slower", "step: slower"))]
+    text[0] = text[0] or (f"{chat} weights (`model.to(torch.{chat})`): "
+                          f"{profile[chat].chat_seconds:.2f} s against float32's {t32:.2f} s here")
+    text[0] += "; float16 activations overflow past 65504: check first (01 §5, 08 §2)" * (
+        chat == "float16")
+    autocast = f"torch.amp.autocast({device.type!r}, dtype=torch."
+    text[1] = text[1] or (f"{autocast}{pick}) or {pick} weights (a batched forward, the prefill: "
+                          f"{x(profile[pick].prefill_speedup)} float32)")
+    scaler = f"torch.amp.GradScaler({device.type!r})" if step == "float16" else "no GradScaler"
+    text[2] = text[2] or (f"{autocast}{step}), float32 weights, {scaler} (a training step: "
+                          f"{x(profile[step].training_speedup)} float32)")
+    text[2] += ("; CPU autocast keeps no op in float32 for float16 (a sum overflows to inf, "
+                "softmax and layer_norm stay float16): prefer bfloat16 where close") * (
+        step == "float16" and device.type == "cpu") + (
+        "; GradScaler on MPS failed in torch 2.5 (pytorch#142397): watch for skipped steps") * (
+        step == "float16" and device.type == "mps")
+    reason = "; ".join([f"{n} chat {s.chat_seconds:.2f} s" for n, s in profile.items()] + [
+        "batch-1 F.linear (explains, 00 §2): " + ", ".join(
+            f"{n} {x(profile[n].decode_speedup)}" for n in ("bfloat16", "float16"))])
+    return Recommendation(*text, reason)

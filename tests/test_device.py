@@ -75,7 +75,10 @@ def test_fast_dtypes_reads_cpu_flags(monkeypatch):
     assert "still gain" not in helpers.fast_dtypes("cpu")["bfloat16"]  # no promise a timing can break
     assert "above 00 §2's crossover batch much SLOWER" in helpers.fast_dtypes("cpu")["bfloat16"]
     monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16", "avx512_fp16"})
-    assert "reports fp16 instructions (avx512_fp16)" in helpers.fast_dtypes("cpu")["float16"]
+    fp16 = helpers.fast_dtypes("cpu")["float16"]  # AVX512-FP16 alone: no fp16 matrix units
+    assert "no amx_fp16: fp16 matmuls are emulated" in fp16 and "avx512_fp16 alone: fp16 matmuls at fp32" in fp16
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"amx_bf16", "avx512_fp16", "amx_fp16"})
+    assert "reports fp16 instructions (amx_fp16)" in helpers.fast_dtypes("cpu")["float16"]
 
 
 @pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", ""])

@@ -88,9 +88,10 @@ def measure(pytest_args: list[str] | None = None) -> dict:
     profile = speed_profile("cpu")
     return {"cpu_class": cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "machine": machine(),
-            "speed_profile": {name: {"matmul_speedup": round(speed.matmul_speedup, 3),
-                                     "elementwise_speedup": round(speed.elementwise_speedup, 2)}
-                              for name, speed in profile.items() if name != "float32"},
+            "speed_profile": {name: {field: round(getattr(speed, field), 3) for field in (
+                "matmul_speedup", "elementwise_speedup", "prefill_speedup", "decoding_speedup",
+                "training_speedup")} for name, speed in profile.items() if name != "float32"},
+            "speed_profile_stamp": profile.stamp, "speed_profile_measured_at": profile.measured_at,
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "created": datetime.date.today().isoformat(), "exit_status": completed.returncode,
             "deselected": [README_TEST],
