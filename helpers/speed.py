@@ -1,5 +1,4 @@
-"""16-bit speed here, from workloads at the learner's threads (:func:`speed_profile`), and what to
-use (:func:`recommendation`); notebook 00 §1-2."""
+"""16-bit speed here from workloads (:func:`speed_profile`); what to use (:func:`recommendation`)."""
 from __future__ import annotations
 
 import collections
@@ -86,8 +85,8 @@ def speed_verdict(s: DtypeSpeed) -> str:
                       x("batch-1 F.linear", s.decode_speedup, True)])
 
 
-Sizes = collections.namedtuple("Sizes", "matmul_n elements width layers in_cache flops",  # timed;
-                               defaults=(FLOP_BUDGET,))  # flops: of one prefill or training call
+Sizes = collections.namedtuple("Sizes", "matmul_n elements width layers in_cache flops",
+                               defaults=(FLOP_BUDGET,))  # flops: one prefill or training call's
 
 
 def default_sizes(device: str | torch.device) -> Sizes:
@@ -197,8 +196,8 @@ def _measure(device: torch.device, sizes: Sizes) -> list[DtypeSpeed]:
 def _machine_key(device: torch.device, sizes: Sizes, threads: int) -> str:
     """What a cached profile is valid for: version, machine, kernel limits, threads, sizes."""
     limits = [f"{v}={os.environ.get(v)}" for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")]
-    return f"v{CACHE_VERSION}|{machine_stamp(device)}|{platform.processor()}|{limits}|{threads}|" \
-        f"{sizes}"
+    return f"v{CACHE_VERSION}|{machine_stamp(device)}|{platform.processor()}|{limits}|" \
+        f"{threads}|{sizes}"
 
 
 def speed_cache_path() -> Path:
@@ -256,11 +255,11 @@ class Recommendation:
 
 
 def _best(profile, names, key, floor: float):
-    """Fastest of ``names`` by ``key`` (>= ``floor``; bf16 unless fp16 >10 % faster), or "noisy"."""
+    """Best of ``names`` by ``key`` >= ``floor`` (bf16 unless fp16 >10 % faster); NaN: no say."""
     fine = [n for n in names if key(profile[n]) >= floor]  # NaN never qualifies
-    if any(math.isnan(key(profile[n])) for n in names):
-        return "noisy"  # a noisy candidate might have won: no verdict without it
-    return max(fine, default=None, key=lambda n: key(profile[n]) * (1.1 if n == "bfloat16" else 1))
+    noisy = not fine and any(math.isnan(key(profile[n])) for n in names)  # it might have won
+    return "noisy" if noisy else max(fine, default=None, key=lambda n: key(profile[n]) * (
+        1.1 if n == "bfloat16" else 1))
 
 
 def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -> Recommendation:
@@ -294,7 +293,8 @@ def recommendation(profile: dict[str, DtypeSpeed], device: str | torch.device) -
         step == "float16" and device.type == "cpu") + (
         "; GradScaler on MPS failed in torch 2.5 (pytorch#142397): watch for skipped steps") * (
         step == "float16" and device.type == "mps")
-    reason = "; ".join([f"{n} chat {s.chat_seconds:.2f} s" for n, s in profile.items()] + [
-        "batch-1 F.linear (explains, 00 §2): " + ", ".join(
-            f"{n} {x(profile[n].decode_speedup)}" for n in ("bfloat16", "float16"))])
+    chats = [f"{n} chat " + ("noisy" if math.isnan(s.chat_seconds) else f"{s.chat_seconds:.2f} s")
+             for n, s in profile.items()]
+    reason = "; ".join(chats + ["batch-1 F.linear (explains, 00 §2): " + ", ".join(
+        f"{n} {x(profile[n].decode_speedup)}" for n in ("bfloat16", "float16"))])
     return Recommendation(*text, reason)

@@ -231,6 +231,9 @@ def test_avx2_laptop_and_noise():
     half = fake_profile(dict(pre=math.nan, dec=1.9, train=math.nan), dict(pre=0.2, dec=1.8, train=0.1))
     r = recommendation(half, "cpu")  # the noisy bf16 might have won: no verdict from fp16's loss alone
     assert r.batched.startswith("noisy") and r.training.startswith("noisy")
+    steady = fake_profile(dict(pre=4.0, dec=2.0, train=1.5), dict(pre=math.nan, dec=math.nan, mm=0.03))
+    r = recommendation(steady, "cpu")  # a noisy fp16 decides nothing: bf16 measured fast stands
+    assert r.decoding.startswith("bfloat16") and "bfloat16" in r.batched and "bfloat16" in r.training
     noisy = recommendation(NOISY, "cpu")
     assert all(text.startswith("noisy: measure again") for text in (noisy.decoding, noisy.batched,
                                                                      noisy.training))
