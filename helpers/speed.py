@@ -1,4 +1,4 @@
-"""16-bit speed here from workloads (:func:`speed_profile`); what to use (:func:`recommendation`)."""
+"""16-bit speed from workloads (:func:`speed_profile`); what to use (:func:`recommendation`)."""
 from __future__ import annotations
 
 import collections
