@@ -39,15 +39,16 @@ RECIPE_NOTEBOOK = "07"  # the route ends on its take-home recipe
 
 # (notebook prefix, parts, what the instructor does there). The intro cells and the Summary are always run.
 ROUTE: list[tuple[str, tuple[str, ...], str]] = [
-    ("00", ("1", "5", "8"), "what this machine runs fast; the formats' range and a 16-bit sum"),
+    ("00", ("1", "5"), "what this machine runs fast; what float16 and bfloat16 can hold"),
     ("01", ("1", "2", "3"), "`.half()` deployment: what converts, the dtype error, accuracy"),
-    ("02", ("2", "4", "5"), "tensors made in `forward`; `new_zeros`/`new_full`; the `-1e9` mask"),
-    ("03", ("The recipe", "1", "2", "3"), "the autocast loop, float32 master weights, op dtypes"),
+    ("02", ("2", "4"), "tensors made in `forward`: the error, then `new_zeros`/`new_full` and buffers"),
+    ("03", ("The recipe", "1", "2"), "the autocast loop; float32 master weights; what autocast changes"),
     ("04", ("1", "2", "4", "5"), "the GradScaler loop, underflow, skipped steps, `unscale_` first"),
-    ("05", ("1", "2", "5"), "autocast is per thread: the `DataParallel` pitfall and its fix"),
+    ("05", ("2", "5"), "autocast is per thread: the `DataParallel` pitfall and its fix"),
     ("07", ("6",), "the take-home recipe and its don'ts"),
 ]
-NEXT_STEPS = "00 §2 (your roofline), 06 (deployment, fact-checked), 08 (transformers), 09 (is it faster?)"
+NEXT_STEPS = ("00 §2 (your roofline) and §8 (16-bit sums), 02 §5 (masks), 03 §3 (op dtypes), "
+              "06 (deployment, fact-checked), 08 (transformers), 09 (is it faster?)")
 
 
 @dataclass(frozen=True)
