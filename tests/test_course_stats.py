@@ -147,3 +147,24 @@ def test_suite_times_groups_junit_cases_by_notebook(tmp_path):
                       '<testcase classname="tests.test_a" name="test_b" time="0.25"/>'
                       '</testsuite></testsuites>')
     assert suite_times.group_seconds(report) == {"unit tests": 0.25, "07_x.ipynb": 2.0}
+
+
+def _prose_cells(path):
+    """(words, is_table) of each markdown cell, words counted as tools.course_stats counts them."""
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            lines = [line for line in text.splitlines() if line.strip()]
+            table = sum(line.lstrip().startswith("|") for line in lines) > len(lines) / 2
+            yield len(re.findall(r"[A-Za-z0-9][\w'’-]*", text)), table
+
+
+def test_prose_stays_in_short_cells_and_the_readme_short():
+    """Issue 26's targets: no prose cell over 250 words, at most 20 over 150 in the course, the first nine
+    notebooks within 27,000 markdown words, the README within 2,000."""
+    cells = {p.name: list(_prose_cells(p)) for p in NOTEBOOKS}
+    long = [(name, words) for name, found in cells.items() for words, table in found if words > 250 and not table]
+    assert not long, f"prose cells over 250 words: {long}"
+    assert sum(words > 150 and not table for found in cells.values() for words, table in found) <= 20
+    assert sum(words for name, found in cells.items() if name[:2] < "09" for words, _ in found) <= 27_000
+    assert len(re.findall(r"[A-Za-z0-9][\w'’-]*", README.read_text())) <= 2_000
