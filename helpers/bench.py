@@ -1,6 +1,5 @@
-"""Benchmark measurements notebooks run live (notebook 01 §4, 06 §7), and readers of the files in
-data/benchmarks/ (03, 06 §8 and A.4, the README's Results) that the recorder, ``python -m
-tools.bench`` (course tooling; its docstring gives the format), writes. Modes: :data:`MODES`."""
+"""Benchmarks notebooks run live (01 §4, 06 §7), and readers of data/benchmarks/ (03, 06 §8, A.4,
+the README's Results), written by ``python -m tools.bench`` (format: its docstring)."""
 from __future__ import annotations
 
 import copy
@@ -13,6 +12,7 @@ from torch import nn
 
 from . import peaks
 from .device import tf32_flags
+from .dtype_trace import OpObserver
 from .measure import cuda_memory, time_it
 from .model import DATA_DIR
 
@@ -36,8 +36,7 @@ def load_records(directory: str | Path = BENCH_DIR, device: str | None = None) -
 
 
 def absent_reason(mode: str, device: str | torch.device) -> str | None:
-    """Why ``mode`` (a GEMM dtype, inference or training mode) does not exist on ``device``; None
-    when it does."""
+    """Why ``mode`` (GEMM dtype, inference or training) does not exist on ``device``, or None."""
     device = torch.device(device)
     major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
     if "tf32" in mode and (major is None or major < 8):
@@ -48,19 +47,16 @@ def absent_reason(mode: str, device: str | torch.device) -> str | None:
 
 
 def mode_dtypes(mode: str) -> tuple[torch.dtype, torch.dtype | None]:
-    """(dtype of the weights and inputs, autocast dtype or None) of ``mode``; the arithmetic runs in
-    the autocast dtype where there is one, else in the first."""
+    """(dtype of the weights and inputs, autocast dtype or None) of ``mode``."""
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(MODES)}.")
     return MODES[mode]
 
 
 def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """Run ``fn()``; return its result and the peak bytes of tensor storage created while it ran
-    (storage made before, views and in-place results not counted; kernels' scratch buffers unseen):
-    a device-independent stand-in for the CUDA allocator's peak."""
+    """``fn()``'s result and the peak bytes of tensor storage made while it ran (not views, in-place
+    results, kernels' scratch): a device-independent stand-in for the CUDA allocator's peak."""
     from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     def storages(values: Any) -> dict[int, torch.UntypedStorage]:
@@ -70,25 +66,22 @@ def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
     live: dict[int, tuple[StorageWeakRef, int]] = {}  # data_ptr -> (weak ref, bytes) made in fn
     peak = [0]
 
-    class Tracker(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out, existing = func(*args, **(kwargs or {})), storages((args, kwargs))
-            live.update({k: (StorageWeakRef(s), s.nbytes()) for k, s in storages(out).items()
-                         if k not in existing})
-            for key in [key for key, (ref, _) in live.items() if ref.expired()]:
-                del live[key]
-            peak[0] = max(peak[0], sum(n for _, n in live.values()))
-            return out
+    def seen(func, args: tuple, kwargs: dict, out: Any) -> None:
+        existing = storages((args, kwargs))
+        live.update({k: (StorageWeakRef(s), s.nbytes()) for k, s in storages(out).items()
+                     if k not in existing})
+        for key in [key for key, (ref, _) in live.items() if ref.expired()]:
+            del live[key]
+        peak[0] = max(peak[0], sum(n for _, n in live.values()))
 
-    with Tracker():
+    with OpObserver(seen):
         result = fn()
     return result, peak[0]
 
 
 def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str,
              min_run_time: float, with_memory: bool = True) -> tuple[float, tuple | None]:
-    """One warm-up call, then (median seconds, :func:`call_memory` of one call), TF32 on only in
-    'tf32' modes."""
+    """One warm-up call, then (median seconds, memory of one call); TF32 on only in 'tf32'."""
     with tf32_flags(mode == "tf32"):
         fn()
         if device.type == "cuda":
@@ -104,9 +97,8 @@ def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str,
 
 def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
          min_run_time: float = 0.5) -> dict[str, Any]:
-    """TFLOP/s of an n x n @ n x n matmul in ``dtype`` (GEMM_DTYPES; "float32" strict, "tf32" with
-    TF32 on), the GPU's dense datasheet peak and the fraction of it reached (``helpers.peaks``; None
-    where unknown); "tflops" None, with the reason in "absent", where the dtype does not exist."""
+    """TFLOP/s of an n x n matmul in ``dtype`` (GEMM_DTYPES), the GPU's datasheet peak and fraction
+    of it (None: unknown); "tflops" None, the reason in "absent", where the dtype does not exist."""
     device = torch.device(device)
     if dtype not in GEMM_DTYPES:
         raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
@@ -126,8 +118,7 @@ def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
 
 
 def prepare_model(model: nn.Module, mode: str, device: str | torch.device = "cpu") -> nn.Module:
-    """A copy of fp32 ``model`` for inference in ``mode``: on ``device``, converted, eval mode,
-    channels_last."""
+    """A copy of fp32 ``model`` for inference in ``mode``: on ``device``, eval, channels_last."""
     return copy.deepcopy(model).to(device=device, dtype=mode_dtypes(mode)[0]).eval().to(
         memory_format=torch.channels_last)
 
@@ -153,8 +144,7 @@ def forward_fn(net: nn.Module, x: torch.Tensor, mode: str = "float32") -> Callab
 
 def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224,
               min_run_time: float = 0.5, model_name: str = MODEL) -> dict[str, Any]:
-    """Latency, throughput and memory of ``net`` (from :func:`prepare_model`) on a batch of random
-    images."""
+    """Latency, throughput and memory of ``net`` (:func:`prepare_model`) on random images."""
     device = next(net.parameters()).device
     forward = forward_fn(net, _images(batch, image_size, device, mode_dtypes(mode)[0])[0], mode)
     seconds, (memory, reserved) = _measure(forward, device, "inference", mode, min_run_time)

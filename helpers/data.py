@@ -56,11 +56,8 @@ def _draw(draw: ImageDraw.ImageDraw, label: str, cx: float, cy: float, r: float,
 
 
 def render_shapes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw ``n`` images (uint8, N x 3 x 32 x 32) with balanced labels (int64), from ``seed`` alone.
-
-    Each image: one shape of random size, position, rotation and colour on a random background,
-    plus pixel noise.
-    """
+    """Draw ``n`` images (uint8, N x 3 x 32 x 32) with balanced labels (int64), from ``seed`` alone:
+    one shape of random size, position, rotation and colour on a random background, pixel noise."""
     rng = np.random.default_rng(seed)
     size = IMAGE_SIZE * _SUPERSAMPLE
     labels = rng.permutation(np.arange(n) % len(CLASSES))
@@ -87,10 +84,9 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=4)
 def shapes_dataset(split: str = "train", n: int | None = None) -> TensorDataset:
-    """The reference dataset: ``split`` 'train' (6000 images) or 'test' (2000), float32 in [-1, 1].
+    """The reference dataset: ``split`` 'train' (6000 images) or 'test' (2000), float32 in [-1, 1];
+    ``n``: the first n images of that split (the same seed: a prefix)."""
 
-    ``n`` takes the first n images of that split (drawn from the same seed: a prefix).
-    """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
     seed, full = (TRAIN_SEED, N_TRAIN) if split == "train" else (TEST_SEED, N_TEST)

@@ -1,6 +1,5 @@
-"""Find dtype leaks: the operations that pull a half-precision run back to float32 (tensors made in
-``forward`` without ``dtype=``, mixes, casts), in one run under :func:`record_ops` (not meant for
-autocast, whose float32 islands are deliberate). Only the path that ran is seen. Notebook 02 §6."""
+"""Dtype leaks: the ops that pull a half-precision run back to float32 (creations without
+``dtype=``, mixes, casts), in one :func:`record_ops` run (not for autocast). Notebook 02 §6."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,9 +9,7 @@ import torch
 
 from .dtype_trace import OpRecord, record_ops
 
-# ATen ops that wrap a torch.tensor/torch.as_tensor constant: their "input" is that constant, not a
-# tensor of the run, so a floating result of another dtype is a creation.
-CONSTANT_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})
+CONSTANT_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})  # wrap a torch.tensor(...) constant
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -40,9 +37,8 @@ class Leak:
 
 
 def classify(record: OpRecord, dtype: torch.dtype) -> str | None:
-    """The kind of leak ``record`` is in a ``dtype`` run, or None: "mixes" (floating inputs of
-    several dtypes), "creates" (no floating input or a constant, another floating result), "casts"
-    (inputs ``dtype``, the first floating output not). Inputs sharing another dtype carry a leak."""
+    """The kind of leak ``record`` is in a ``dtype`` run, or None: "mixes" (several input dtypes),
+    "creates" (no floating input, or a constant), "casts" (inputs ``dtype``, the output not)."""
     inputs = set(record.input_dtypes)
     if len(inputs) > 1:
         return "mixes"

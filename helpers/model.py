@@ -35,16 +35,13 @@ class ShapesCNN(nn.Module):
 
 def load_reference_model(path: str | Path = CHECKPOINT,
                          device: str | torch.device = "cpu") -> ShapesCNN:
-    """The trained fp32 reference model in eval mode, loaded safely with ``weights_only=True``.
-
-    Raises ``FileNotFoundError`` with the command that regenerates a missing checkpoint.
-    """
+    """The trained fp32 reference model in eval mode, loaded with ``weights_only=True``; a missing
+    checkpoint raises ``FileNotFoundError`` with the command that regenerates it."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
-            f"Checkpoint {path.name} not found in {path.parent.name}/. Regenerate it from the "
-            f"repository root with: {REGENERATE}  (about 20 s on 2 CPU cores)."
-        )
+        raise FileNotFoundError(f"Checkpoint {path.name} not found in {path.parent.name}/. "
+                                f"Regenerate it from the repository root with: {REGENERATE}  "
+                                "(about 20 s on 2 CPU cores).")
     model = ShapesCNN()
     model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
     return model.to(device).eval()

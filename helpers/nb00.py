@@ -25,8 +25,7 @@ def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int, 
 
 
 class Point(collections.namedtuple("Point", "dtype op size flops nbytes seconds")):
-    """One timed op ("linear" or "add"; ``size``: batch or elements), its FLOPs, the fewest bytes it
-    must move, its seconds."""
+    """One timed op ("linear" or "add"; ``size``: batch or elements): FLOPs, fewest bytes, seconds."""
 
     @property
     def intensity(self) -> float:  # FLOPs per byte moved: an upper bound (the fewest bytes)

@@ -1,6 +1,5 @@
-"""Notebook 04's scaffolding (GradScaler): real gradients against float16's range, and the *faint
-task*, where a tiny network learns its input times :data:`FAINT_FACTOR` (an MSE over 4096 outputs),
-so its float16 gradients underflow unless the loss is scaled."""
+"""Notebook 04's scaffolding: real gradients against float16's range, and the *faint task* (a tiny
+net learns input x :data:`FAINT_FACTOR`), whose float16 gradients underflow unless scaled."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -166,8 +166,7 @@ def cache_bytes(cache: Cache) -> int:
 
 def trace_table(columns: dict[str, dict[str, str]], rows: dict[str, str],
                 heads: tuple[str, str] = ("ATen op", "in the model")) -> str:
-    """``rows`` (key -> role) against each of ``columns`` (name -> key -> text); absent rows left
-    out."""
+    """``rows`` (key -> role) against each of ``columns`` (name -> key -> text); absent rows out."""
     shown = {key: role for key, role in rows.items()
              if any(key in column for column in columns.values())}
     w0 = max(len(text) for text in (heads[0], *shown)) + 2

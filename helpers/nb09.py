@@ -10,12 +10,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from .device import quiet_native_stderr
+from .dtype_trace import OpObserver
 
-# A profile event's category: that of its outermost matching event (the optimizer's own casts
-# belong to the optimizer).
+# An event's category: that of its outermost matching event (the optimizer's casts: optimizer)
 CATEGORIES = {"casts": ("aten::_to_copy",),
               "matmuls": ("aten::mm", "aten::addmm", "aten::bmm", "aten::convolution"),
               "optimizer": ("Optimizer.step",), "data loading": ("enumerate(DataLoader)",),
@@ -42,9 +40,8 @@ def _forever(batches):
 
 
 class Step:
-    """One training step: autocast forward (``dtype`` None: float32), an MSE loss computed in
-    float32, backward, AdamW. ``data``: one (input, target) pair, or batches (a DataLoader) re-read;
-    ``sync=True`` reads the loss with ``.item()`` each step, as a logging loop does."""
+    """One step: autocast forward (``dtype`` None: float32), float32 MSE, backward, AdamW; ``data``:
+    a pair or batches (re-read); ``sync=True``: ``.item()`` each step, as a logging loop does."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype | None, data, *, sync: bool = False):
         self.model, self.dtype, self.sync = model, dtype, sync
@@ -114,24 +111,15 @@ class SlowPairs(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, torch.Tensor):
-            self.seen.append((func.overloadpacket.__name__, tuple(out.shape), out.dtype))
-        return out
-
-
 def ops(fn: Callable[[], object]) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
     """(name, shape, dtype) of each ATen op ``fn()`` dispatches with a tensor result, in order
     (below autocast: its casts are ``_to_copy``; forward and backward)."""
-    with _Ops() as mode:
+    seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
+    with OpObserver(lambda func, args, kwargs, out: seen.append(
+            (func.overloadpacket.__name__, tuple(out.shape), out.dtype))
+            if isinstance(out, torch.Tensor) else None):
         fn()
-    return mode.seen
+    return seen
 
 
 def casts(fn: Callable[[], object]) -> list[tuple[tuple[int, ...], torch.dtype]]:

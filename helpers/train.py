@@ -1,5 +1,4 @@
-"""One training loop and one evaluation loop, for float32, autocast (bf16 or fp16) and GradScaler
-runs. Taught in notebook 03 (the recipe) and notebook 04 (the scaler); used by most notebooks."""
+"""The training and evaluation loops (float32, autocast, GradScaler): notebooks 03 and 04."""
 from __future__ import annotations
 
 import time
@@ -53,8 +52,7 @@ def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
 
 
 def skipped_by_scaler(scale_before: float, scale_after: float) -> bool:
-    """Whether a ``GradScaler`` step skipped the optimizer: ``update()`` lowers the scale exactly
-    then (notebook 04 §4)."""
+    """Whether a ``GradScaler`` step skipped: ``update()`` lowers the scale exactly then (04 §4)."""
     return scale_after < scale_before
 
 
