@@ -128,20 +128,17 @@ def op_dtype_table(cpu_dtype: torch.dtype = torch.bfloat16,
             cpu[short[name]] = _outcome(op)
         plain[short[name]] = _outcome(op, cpu_dtype)
     available, why_not = cuda_rules_available()
-    cuda = None
-    if available:
-        cuda = {}
-        for name, op in OPS.items():
-            with cuda_autocast(cuda_dtype):
-                cuda[short[name]] = _outcome(op)
+    cuda = {} if available else None
+    for name, op in OPS.items() if available else ():
+        with cuda_autocast(cuda_dtype):
+            cuda[short[name]] = _outcome(op)
     source = "this GPU" if torch.cuda.is_available() else "simulated"
     return OpTable(cpu, plain, cuda, cpu_dtype, cuda_dtype,
                    source if available else f"unavailable: {why_not}", inputs)
 
 
 def cuda_autocast_error(fn: Callable[[], object], dtype: torch.dtype = torch.float16) -> str:
-    """The RuntimeError message of ``fn()`` under CUDA autocast ("" if none; tensors made inside),
-    or why CUDA rules cannot apply here. Notebook 03 §6."""
+    """The RuntimeError message of ``fn()`` under CUDA autocast ("" if none), or why not. 03 §6."""
     available, why_not = cuda_rules_available()
     if not available:
         return f"(CUDA autocast cannot be applied here: {why_not})"
@@ -157,8 +154,7 @@ BOOKKEEPING_OPS = ("detach", "empty", "add_", "device")  # autograd, BatchNorm's
 
 
 def op_dtypes(records: list[OpRecord]) -> dict[str, str]:
-    """Each op of a :func:`record_ops` trace with the dtypes it produced, in order of appearance
-    (``{"convolution": "bfloat16 x4", ...}``), bookkeeping ops left out. Notebook 03 §3."""
+    """Each op of a :func:`record_ops` trace with its output dtypes ("bfloat16 x4"); 03 §3."""
     counts: dict[str, dict[str, int]] = {}
     for record in records:
         if record.name in BOOKKEEPING_OPS:

@@ -1,5 +1,4 @@
-"""Benchmarks notebooks run live (01 §4, 06 §7), and readers of data/benchmarks/ (03, 06 §8, A.4,
-the README's Results), written by ``python -m tools.bench`` (format: its docstring)."""
+"""Benchmarks run live (01 §4, 06 §7), readers of data/benchmarks/ (``python -m tools.bench``)."""
 from __future__ import annotations
 
 import copy
@@ -54,8 +53,7 @@ def mode_dtypes(mode: str) -> tuple[torch.dtype, torch.dtype | None]:
 
 
 def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """``fn()``'s result and the peak bytes of tensor storage made while it ran (not views, in-place
-    results, kernels' scratch): a device-independent stand-in for the CUDA allocator's peak."""
+    """``fn()``'s result and the peak bytes of tensor storage it made (stand-in for CUDA's peak)"""
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._pytree import tree_leaves
 
@@ -131,8 +129,7 @@ def _images(batch: int, image_size: int, device: torch.device, dtype: torch.dtyp
 
 
 def forward_fn(net: nn.Module, x: torch.Tensor, mode: str = "float32") -> Callable[[], Any]:
-    """A no-argument function running ``net(x)`` in ``mode`` (TF32 on only in "tf32"), under its own
-    ``inference_mode`` and autocast context per call, as a server opens them per request."""
+    """A no-argument ``net(x)`` in ``mode``, own inference_mode and autocast per call (a request)"""
     amp_dtype = mode_dtypes(mode)[1]
 
     def forward() -> torch.Tensor:
@@ -252,8 +249,7 @@ def results_markdown(records: Sequence[dict]) -> str:
 
 
 def plot_inference(records: Sequence[dict], ax=None, metric: str = "images_per_s"):
-    """Plot an inference ``metric`` against batch size (log-log), one line per record and mode;
-    ``records`` may be dicts with just "machine" and "inference" (e.g. entries measured live)."""
+    """Plot an inference ``metric`` against batch size (log-log), one line per record and mode."""
     if ax is None:
         import matplotlib.pyplot as plt
 

@@ -84,8 +84,7 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=4)
 def shapes_dataset(split: str = "train", n: int | None = None) -> TensorDataset:
-    """The reference dataset: ``split`` 'train' (6000 images) or 'test' (2000), float32 in [-1, 1];
-    ``n``: the first n images of that split (the same seed: a prefix)."""
+    """The reference dataset, float32 in [-1, 1]: 'train' (6000), 'test' (2000), or its first n."""
 
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")

@@ -62,8 +62,7 @@ def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | N
 
 
 def first_nonfinite_op(fn: Callable[[], Any]) -> tuple[Any, FirstNonFinite | None]:
-    """``fn()``'s result and the first ATen op whose output held inf or NaN (or None): finer than
-    :func:`first_nonfinite_module`, also in backward passes. Taught in notebook 07 §3."""
+    """``fn()``'s result and the first ATen op that made inf/NaN (or None), backward too; 07 §3."""
     found: list[FirstNonFinite] = []
 
     def seen(func, args: tuple, kwargs: dict, out: Any) -> None:

@@ -37,8 +37,7 @@ class OpObserver(TorchDispatchMode):
 
 
 def record_ops(fn: Callable[[], Any]) -> tuple[Any, list[OpRecord]]:
-    """``fn()``'s result and the ATen ops it dispatched, in order (under autocast as rewritten: a
-    ``_to_copy`` per cast); forward and backward. Notebook 02 §3."""
+    """``fn()``'s result and the ATen ops it ran, in order, backward too (casts: ``_to_copy``)."""
     records: list[OpRecord] = []
     with OpObserver(lambda func, args, kwargs, out: records.append(OpRecord(
             func.overloadpacket.__name__, _float_dtypes((args, kwargs)), _float_dtypes(out)))):
@@ -57,8 +56,7 @@ GRAD_MODES: dict[str, Callable[[], Any]] = {
 
 def casts_per_call(module: torch.nn.Module, inputs: torch.Tensor, dtype: torch.dtype,
                    grad_mode: str, calls: int = 2) -> list[int]:
-    """Casts autocast makes in each of ``calls`` forward passes in ONE autocast context, in grad
-    mode ``grad_mode`` (a key of :data:`GRAD_MODES`): the weight-cast cache, 03 §7."""
+    """Casts autocast makes in each of ``calls`` forwards in ONE context, per grad mode; 03 §7."""
     counts = []
     with GRAD_MODES[grad_mode](), torch.amp.autocast(inputs.device.type, dtype=dtype):
         for _ in range(calls):

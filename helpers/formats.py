@@ -59,8 +59,7 @@ def round_trip(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor
 
 
 def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """Gap from each value (rounded to ``dtype``) to the next ``dtype`` number (``inf``: none), from
-    the bit pattern plus one, so fp8 works too (``torch.nextafter`` does not). Notebook 00 §4."""
+    """Gap from each value (rounded to ``dtype``) to the next ``dtype`` number, fp8 too; 00 §4."""
     magnitude = torch.as_tensor(values, dtype=torch.float64).abs()
     stored = magnitude.to(dtype)
     following = (stored.view(_INT_VIEW[format_facts(dtype).bits]) + 1).view(dtype).to(torch.float64)

@@ -84,8 +84,7 @@ class LeakReport:
 
 
 def find_dtype_leaks(fn: Callable[[], Any], dtype: torch.dtype) -> LeakReport:
-    """Run ``fn()`` once and report the operations that leave ``dtype`` (see :func:`classify`); an
-    exception does not propagate: the report keeps the ops up to it and its first line."""
+    """Run ``fn()`` once, report the ops that leave ``dtype``; an exception is reported."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float16, not "
                         f"{dtype!r}")

@@ -1,5 +1,4 @@
-"""Measurement, taught in notebook 01: parameter bytes (§1), timing and CUDA memory (§4), what
-autograd saves (§6). torch.utils.benchmark's cpp_extension import is quieted by helpers.device."""
+"""Measurement (01): parameter bytes (§1), timing and CUDA memory (§4), saved bytes (§6)."""
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
@@ -11,8 +10,7 @@ from torch.utils import benchmark
 
 def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", description: str = "",
             min_run_time: float = 0.5, blocks: int = 5) -> benchmark.Measurement:
-    """Time ``fn()`` with ``benchmark.Timer`` (all CPU threads) in about ``min_run_time`` s, in
-    blocks of >= 20 calls; ``.median`` (s per call, median block) or ``.times``; 01 §4."""
+    """Time ``fn()`` with ``benchmark.Timer`` in blocks of >= 20 calls; read ``.median``; 01 §4."""
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
                             label=label, sub_label=sub_label, description=description)
     first = timer.blocked_autorange(min_run_time=0)  # one warm-up call, then one timed call
@@ -42,8 +40,7 @@ def parameter_bytes(model: nn.Module, include_buffers: bool = True) -> int:
 
 def saved_activation_bytes_by_dtype(fn: Callable[[], Any],
                                     exclude: nn.Module | None = None) -> dict[torch.dtype, int]:
-    """Bytes autograd saves for backward in ``fn()``, per dtype, largest first; each tensor once, a
-    view its own elements, parameters of ``exclude`` (the model) left out."""
+    """Bytes autograd saves in ``fn()`` per dtype, largest first, parameters of ``exclude`` out."""
     skip = {p.data_ptr() for p in exclude.parameters()} if exclude is not None else set()
     seen: dict[tuple, int] = {}
 
@@ -67,8 +64,7 @@ def saved_activation_bytes(fn: Callable[[], Any], exclude: nn.Module | None = No
 
 
 class CudaMemory(NamedTuple):
-    """One call's CUDA memory: *allocated* (live tensors) and *reserved* (what the caching allocator
-    holds from the driver); 01 §4."""
+    """One call's CUDA memory: *allocated* (live tensors), *reserved* (held by the cache); 01 §4."""
 
     call_allocated: int  # peak bytes of tensors the call added on top of those allocated before it
     call_reserved: int  # peak bytes the allocator reserved on top of what it held before the call
@@ -76,8 +72,7 @@ class CudaMemory(NamedTuple):
 
 def cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda", *,
                 empty_cache: bool = True) -> CudaMemory:
-    """:class:`CudaMemory` of one ``fn()`` (raises without CUDA); ``empty_cache`` first returns free
-    cached blocks to the driver, so ``call_reserved`` is what this call reserved."""
+    """:class:`CudaMemory` of one ``fn()`` (raises without CUDA), after ``empty_cache`` if asked."""
     if not torch.cuda.is_available():
         raise RuntimeError("cuda_memory needs a CUDA GPU; on CPU use saved_activation_bytes.")
     torch.cuda.synchronize(device)

@@ -25,7 +25,7 @@ def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int, 
 
 
 class Point(collections.namedtuple("Point", "dtype op size flops nbytes seconds")):
-    """One timed op ("linear" or "add"; ``size``: batch or elements): FLOPs, fewest bytes, seconds."""
+    """One timed op ("linear", "add"; ``size``: batch or elements): FLOPs, fewest bytes, seconds."""
 
     @property
     def intensity(self) -> float:  # FLOPs per byte moved: an upper bound (the fewest bytes)

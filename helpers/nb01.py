@@ -29,8 +29,7 @@ def subset(dataset: torch.utils.data.TensorDataset, n: int) -> torch.utils.data.
 
 def compare_runs(runs: dict[str, EvalResult], reference: EvalResult,
                  labels: torch.Tensor) -> dict[str, dict[str, float]]:
-    """Each run against ``reference`` on the images both saw (a prefix of the test set):
-    ``{name: {"images", "accuracy", "drop", "agreement", "max_logit_diff"}}``."""
+    """Each run against ``reference`` on the images both saw: accuracy, drop, agreement, ..."""
     rows = {}
     for name, run in runs.items():
         n = len(run.predictions)

@@ -135,8 +135,7 @@ def faint_loss(net: nn.Module, amp_dtype: torch.dtype | None = torch.float16
 def faint_step(net: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                amp_dtype: torch.dtype | None = torch.float16, inject: float | None = None
                ) -> tuple[float, float]:
-    """One recipe step on the faint task, ``inject`` (inf/NaN) written into one gradient if given:
-    the loss and the share of the output's gradients that are exactly 0."""
+    """One faint-task recipe step (``inject``: inf/NaN into a gradient): loss, share of 0 grads."""
     optimizer.zero_grad(set_to_none=True)
     loss, output = faint_loss(net, amp_dtype)
     output.retain_grad()

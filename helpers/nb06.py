@@ -19,8 +19,7 @@ LAYOUTS = {"contiguous (NCHW)": torch.contiguous_format,
 
 
 def load_photo(device: str | torch.device = "cpu"):
-    """``(image, preprocess, batch)``: matplotlib's bundled Grace Hopper photo (no download), the
-    ResNet-50 transforms, and the 1 x 3 x 224 x 224 float32 batch, made contiguous (NCHW)."""
+    """``(image, preprocess, batch)``: the bundled Grace Hopper photo, ResNet-50 transforms, NCHW"""
     from matplotlib import cbook
     from PIL import Image
     from torchvision import models
@@ -55,8 +54,7 @@ def resize(batch: torch.Tensor, side: int) -> torch.Tensor:
 
 
 def compare_logits(logits: torch.Tensor, reference: torch.Tensor) -> dict[str, Any]:
-    """One image's ``logits`` against the fp32 ``reference``: dtype, largest error relative to the
-    largest logit, top-1 agreement, top-5 classes shared."""
+    """``logits`` against the fp32 ``reference``: dtype, relative error, top-1 same, top-5 shared"""
     dtype, logits, reference = logits.dtype, logits.float(), reference.float()
     error = ((logits - reference).abs().max() / reference.abs().max()).item()
     shared = set(logits.topk(5).indices[0].tolist()) & set(reference.topk(5).indices[0].tolist())
@@ -112,8 +110,7 @@ def sweep_table(entries: Sequence[dict]) -> str:
 
 def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],
                    device: str | torch.device = "cpu", n: int = 16) -> tuple[bool, bool, list[int]]:
-    """Serve ``n`` test images one per call to the trained CNN, loaded in training mode: (model
-    unchanged, every output an inference tensor, the predicted classes)."""
+    """Serve ``n`` images to the CNN (training mode): (model unchanged, all inference, classes)"""
     model = load_reference_model(device=device).train()
     requests = shapes_dataset("test", n=n).tensors[0].to(device)
     before = snapshot(model)

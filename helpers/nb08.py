@@ -1,5 +1,4 @@
-"""Notebook 08's scaffolding: a small byte-level GPT with a KV cache, its seeded corpus (nothing
-downloaded) and batches; the checkpoint ``data/reference_gpt.pt`` comes from :data:`REGENERATE`."""
+"""Notebook 08's scaffolding: a byte-level GPT with a KV cache, its seeded corpus and batches."""
 from __future__ import annotations
 
 import random
@@ -9,7 +8,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from .model import DATA_DIR, load_weights
+
 CHECKPOINT = DATA_DIR / "reference_gpt.pt"
 REGENERATE = "python -m tools.reference --gpt"
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (batch, heads, T, d)
@@ -129,21 +129,14 @@ def mean_loss(model: nn.Module, ids: torch.Tensor, batches: int = 10, batch_size
     """Mean next-byte loss of ``model`` over ``batches`` seeded batches of ``ids``."""
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
-    losses = [next_token_loss(model, *(t.to(device) for t in
-                                       batch(ids, batch_size, model.context, generator)))
-              for _ in range(batches)]
+    windows = (batch(ids, batch_size, model.context, generator) for _ in range(batches))
+    losses = [next_token_loss(model, *(t.to(device) for t in pair)) for pair in windows]
     return torch.stack(losses).mean().item()
 
 
 def load_gpt(path: str | Path = CHECKPOINT, device: str | torch.device = "cpu") -> GPT:
     """The trained float32 :class:`GPT` in eval mode, loaded with ``weights_only=True``."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"Checkpoint {path.name} not found in {path.parent.name}/. "
-                                f"Regenerate it from the repository root with: {REGENERATE}")
-    model = GPT()
-    model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
-    return model.to(device).eval()
+    return load_weights(GPT(), path, device, REGENERATE)
 
 
 @torch.inference_mode()

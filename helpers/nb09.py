@@ -1,5 +1,4 @@
-"""Notebook 09's scaffolding: a training step to time and profile, the profile read as shares of
-the step, a data set that is slow to read, and a recurrent loop for exercise 09.1."""
+"""Notebook 09's scaffolding: a step to time and profile, a slow data set, exercise 09.1's loop."""
 from __future__ import annotations
 
 import itertools
@@ -67,8 +66,7 @@ def _category(event) -> str | None:
 
 
 def profile_step(step: Callable[[], object], steps: int = 3):
-    """Profile ``steps`` calls of ``step`` (after one warm-up call). Returns the profiler and, per
-    category, (events per step, share of the step's CPU time); "other" is the rest."""
+    """The profiler of ``steps`` calls, and per category (events per step, share of CPU time)."""
     step()
     with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
@@ -97,8 +95,7 @@ def shares_line(shares: dict[str, tuple[float, float]]) -> str:
 
 
 class SlowPairs(torch.utils.data.Dataset):
-    """``n`` seeded (input, target) rows; reading one takes ``delay`` s more (a sleep standing in
-    for decoding a file from disk: the same on every machine, and it leaves the CPU free)."""
+    """``n`` seeded (input, target) rows; reading one sleeps ``delay`` s (a disk, CPU free)."""
 
     def __init__(self, n: int, width: int, delay: float, seed: int = 0):
         (self.x, self.y), self.delay = batch(n, width, seed), delay
@@ -112,12 +109,10 @@ class SlowPairs(torch.utils.data.Dataset):
 
 
 def ops(fn: Callable[[], object]) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-    """(name, shape, dtype) of each ATen op ``fn()`` dispatches with a tensor result, in order
-    (below autocast: its casts are ``_to_copy``; forward and backward)."""
+    """(name, shape, dtype) of each ATen op ``fn()`` runs with a tensor result, in order."""
     seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
-    with OpObserver(lambda func, args, kwargs, out: seen.append(
-            (func.overloadpacket.__name__, tuple(out.shape), out.dtype))
-            if isinstance(out, torch.Tensor) else None):
+    with OpObserver(lambda func, args, kwargs, out: isinstance(out, torch.Tensor) and seen.append(
+            (func.overloadpacket.__name__, tuple(out.shape), out.dtype))):
         fn()
     return seen
 

@@ -1,5 +1,4 @@
-"""Snapshots of model or optimizer state and bit-exact comparisons: did this step, load or call
-change anything? Notebooks 04 (skipped steps, exact resume) and 06 (what ``.half()`` converts)."""
+"""Snapshots of model or optimizer state, bit-exact comparisons: notebooks 04 and 06."""
 from __future__ import annotations
 
 import torch
@@ -29,8 +28,7 @@ def same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def optimizer_snapshot(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """A detached copy of the optimizer's per-parameter state, keyed ``"<index>.<name>"``, every
-    entry a tensor (compare with :func:`same_state`); empty before the first step."""
+    """A detached copy of the optimizer's state, keyed ``"<index>.<name>"``, entries tensors."""
     return {f"{index}.{name}": (value.detach().clone() if isinstance(value, torch.Tensor)
                                 else torch.tensor(value))
             for index, state in optimizer.state_dict()["state"].items()

@@ -34,8 +34,7 @@ def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> to
 def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
              optimizer: torch.optim.Optimizer, *, amp_dtype: torch.dtype | None = None,
              scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One recipe step (notebook 03): forward and cross-entropy under autocast in ``amp_dtype``,
-    backward outside it, through ``scaler`` if given; returns (loss, logits)."""
+    """One recipe step (03): autocast forward and loss, backward (via ``scaler``); (loss, logits)"""
     optimizer.zero_grad(set_to_none=True)
     with torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32,
                             enabled=amp_dtype is not None):
@@ -107,8 +106,7 @@ class EvalResult:
 def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch_size: int = 500,
              input_dtype: torch.dtype | None = None,
              amp_dtype: torch.dtype | None = None) -> EvalResult:
-    """Evaluate ``model`` on a ``TensorDataset`` under inference_mode, inputs cast to
-    ``input_dtype`` (a half model) or autocast in ``amp_dtype``; float32 logits. Notebook 01."""
+    """Evaluate under inference_mode: inputs in ``input_dtype``, or autocast; float32 logits. 01"""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
