@@ -1,7 +1,6 @@
 """Which dtype each op runs in under autocast, on CPU and on CUDA (a GPU, or simulated on fake
 tensors); notebook 03 §3 and A.3, used in 01 and 08. The simulation rests on private APIs: check
 :func:`cuda_simulation_available`; :func:`autocast_rule_devices` gives ``None`` where they lack."""
-from __future__ import annotations
 
 import re
 from contextlib import contextmanager

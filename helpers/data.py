@@ -1,5 +1,4 @@
 """The reference dataset: coloured shapes drawn with Pillow from a seed (offline, deterministic)."""
-from __future__ import annotations
 
 import math
 from functools import lru_cache
@@ -19,13 +18,10 @@ N_TRAIN, N_TEST = 6000, 2000
 def _polygon(cx: float, cy: float, radius: float, corners: int, angle: float,
              inner: float = 1.0) -> list:
     """Points of a regular polygon (or a star when ``inner`` < 1) centred on (cx, cy)."""
-    points = []
     steps = corners * (2 if inner < 1.0 else 1)
-    for k in range(steps):
-        r = radius * (inner if inner < 1.0 and k % 2 else 1.0)
-        a = angle + 2 * math.pi * k / steps
-        points.append((cx + r * math.cos(a), cy + r * math.sin(a)))
-    return points
+    radii = [radius * (inner if inner < 1.0 and k % 2 else 1.0) for k in range(steps)]
+    angles = [angle + 2 * math.pi * k / steps for k in range(steps)]
+    return [(cx + r * math.cos(a), cy + r * math.sin(a)) for r, a in zip(radii, angles)]
 
 
 def _draw(draw: ImageDraw.ImageDraw, label: str, cx: float, cy: float, r: float, angle: float,

@@ -1,5 +1,4 @@
 """Where inf and NaN first appear: per module (forward hooks) and per ATen op (notebook 07)."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable

@@ -1,5 +1,4 @@
 """Pick a device and an autocast dtype; the TF32 switches; what the hardware reports (00)."""
-from __future__ import annotations
 
 import contextlib
 import io
@@ -248,7 +247,6 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
 def environment_report(device: str | torch.device | None = None) -> dict[str, str]:
     """Versions, the chosen device and its autocast dtype, as strings (notebook 00 §1)."""
     from importlib import metadata
-
     device = pick_device(device)
     try:  # the installed version, without importing torchvision (seconds on a laptop)
         torchvision = metadata.version("torchvision")

@@ -1,5 +1,4 @@
 """The dtype of every ATen op a piece of code runs (below autocast: casts visible); 02 §3."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -48,10 +47,8 @@ def record_ops(fn: Callable[[], Any]) -> tuple[Any, list[OpRecord]]:
 CAST_OPS = ("to", "_to_copy")  # a cast: "to" under inference_mode on some versions, else "_to_copy"
 
 GRAD_MODES: dict[str, Callable[[], Any]] = {
-    "inference_mode": torch.inference_mode,
-    "no_grad": torch.no_grad,
-    "grad enabled (training)": torch.enable_grad,
-}
+    "inference_mode": torch.inference_mode, "no_grad": torch.no_grad,
+    "grad enabled (training)": torch.enable_grad}
 
 
 def casts_per_call(module: torch.nn.Module, inputs: torch.Tensor, dtype: torch.dtype,

@@ -1,5 +1,4 @@
 """Facts about floating-point formats, computed from ``torch.finfo``; notebook 00 §3-4."""
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass

@@ -1,6 +1,5 @@
 """Dtype leaks: the ops that pull a half-precision run back to float32 (creations without
 ``dtype=``, mixes, casts), in one :func:`record_ops` run (not for autocast). Notebook 02 §6."""
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable

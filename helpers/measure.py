@@ -1,5 +1,4 @@
 """Measurement (01): parameter bytes (§1), timing and CUDA memory (§4), saved bytes (§6)."""
-from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 

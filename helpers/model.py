@@ -1,5 +1,4 @@
 """The reference model (a small CNN) and its shipped fp32 checkpoint."""
-from __future__ import annotations
 
 from pathlib import Path
 

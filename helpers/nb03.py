@@ -1,5 +1,4 @@
 """Notebook 03's scaffolding: section 4's float32-vs-autocast training comparison."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -57,7 +56,6 @@ class TrainingComparison:
     def plot(self) -> None:
         """Both loss curves (raw, faint, and a 10-step mean) on a log scale."""
         import matplotlib.pyplot as plt
-
         _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
         for name, log in self.logs.items():
             smooth = [_mean_of_last(log.losses[: i + 1]) for i in range(len(log.losses))]

@@ -1,6 +1,5 @@
 """Notebook 04's scaffolding: real gradients against float16's range, and the *faint task* (a tiny
 net learns input x :data:`FAINT_FACTOR`), whose float16 gradients underflow unless scaled."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -84,7 +83,6 @@ def plot_gradient_magnitudes(grads: dict[str, torch.Tensor], dtype: torch.dtype 
                              loss_scale: float = 2.0**16) -> None:
     """Histograms of log2 |gradient| per kind against ``dtype``'s range and ``loss_scale``."""
     import matplotlib.pyplot as plt
-
     info, name = torch.finfo(dtype), str(dtype).removeprefix("torch.")
     log2 = lambda value: torch.tensor(value).log2().item()  # noqa: E731
     to_zero = log2(info.smallest_normal * info.eps / 2)  # half the smallest subnormal
@@ -173,7 +171,6 @@ def train_faint(amp_dtype: torch.dtype | None, use_scaler: bool, steps: int = 30
 def plot_lines(lines: dict[str, list[float]], ylabel: str, title: str, base: float = 10) -> None:
     """One line per entry against the step, log scale in ``base`` (2: a staircase)."""
     import matplotlib.pyplot as plt
-
     _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
     for name, values in lines.items():
         ax.plot(values, label=name, ls="--" if "GradScaler" in name else "-",

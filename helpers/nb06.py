@@ -1,5 +1,4 @@
 """Notebook 06's scaffolding: the photo, logit comparisons, oneDNN's kernels, the sweep table."""
-from __future__ import annotations
 
 import os
 import re
@@ -23,7 +22,6 @@ def load_photo(device: str | torch.device = "cpu"):
     from matplotlib import cbook
     from PIL import Image
     from torchvision import models
-
     with cbook.get_sample_data("grace_hopper.jpg") as f:
         image = Image.open(f).convert("RGB")
     preprocess = models.ResNet50_Weights.DEFAULT.transforms()
@@ -33,7 +31,6 @@ def load_photo(device: str | torch.device = "cpu"):
 def show_photo(image, preprocess, batch: torch.Tensor):
     """The photo next to the model's input (normalisation undone): the figure."""
     import matplotlib.pyplot as plt
-
     fig, (ax_photo, ax_input) = plt.subplots(1, 2, figsize=(6, 3.5), dpi=80)
     mean, std = (torch.tensor(v).view(3, 1, 1) for v in (preprocess.mean, preprocess.std))
     ax_photo.imshow(image)

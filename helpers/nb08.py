@@ -1,5 +1,4 @@
 """Notebook 08's scaffolding: a byte-level GPT with a KV cache, its seeded corpus and batches."""
-from __future__ import annotations
 
 import random
 from pathlib import Path
@@ -30,12 +29,9 @@ _ENDINGS = (" in float32.", " on the GPU.", " at batch one.", " before the step.
 def corpus_text(n_sentences: int = 6000, seed: int = 0) -> str:
     """Short ASCII sentences from ``seed`` (``random.Random.choice`` repeats on every Python 3)."""
     rng = random.Random(seed)
-    sentences = []
-    for _ in range(n_sentences):
-        words = (rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS))
-        sentence = " ".join(words) + rng.choice(_ENDINGS)
-        sentences.append(sentence[0].upper() + sentence[1:])
-    return " ".join(sentences)
+    sentences = (" ".join((rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS)))
+                 + rng.choice(_ENDINGS) for _ in range(n_sentences))
+    return " ".join(sentence[0].upper() + sentence[1:] for sentence in sentences)
 
 
 def encode(text: str) -> torch.Tensor:

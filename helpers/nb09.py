@@ -1,5 +1,4 @@
 """Notebook 09's scaffolding: a step to time and profile, a slow data set, exercise 09.1's loop."""
-from __future__ import annotations
 
 import itertools
 import time
@@ -22,20 +21,13 @@ CATEGORIES = {"casts": ("aten::_to_copy",),
 def mlp(width: int, depth: int = 3, seed: int = 0) -> nn.Sequential:
     """``depth`` Linear(width, width) layers with a ReLU between them, seeded."""
     torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
     return nn.Sequential(*layers[:-1])
 
 
 def batch(rows: int, width: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
-
-
-def _forever(batches):
-    while True:
-        yield from batches
 
 
 class Step:
@@ -45,7 +37,8 @@ class Step:
     def __init__(self, model: nn.Module, dtype: torch.dtype | None, data, *, sync: bool = False):
         self.model, self.dtype, self.sync = model, dtype, sync
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        self.batches = itertools.repeat(data) if isinstance(data, tuple) else _forever(data)
+        self.batches = (itertools.repeat(data) if isinstance(data, tuple)  # else re-read forever
+                        else itertools.chain.from_iterable(itertools.repeat(data)))
 
     def __call__(self) -> torch.Tensor:
         x, y = next(self.batches)

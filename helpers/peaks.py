@@ -1,5 +1,4 @@
 """Datasheet peaks of NVIDIA GPUs (data/gpu_peaks.json), fractions of peak, ridges; 01, 06, 08."""
-from __future__ import annotations
 
 import functools
 import json

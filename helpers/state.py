@@ -1,5 +1,4 @@
 """Snapshots of model or optimizer state, bit-exact comparisons: notebooks 04 and 06."""
-from __future__ import annotations
 
 import torch
 from torch import nn

@@ -1,5 +1,4 @@
 """The training and evaluation loops (float32, autocast, GradScaler): notebooks 03 and 04."""
-from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
