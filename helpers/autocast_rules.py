@@ -185,8 +185,7 @@ def _check_fake_cuda_stays_off_the_runtime() -> None:
 
 @contextmanager
 def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None]:
-    """PyTorch's *CUDA* autocast rules without a GPU: new tensors are *fake* CUDA tensors (no data,
-    no kernel), so ops give the dtypes and errors of CUDA's rules; create inputs inside. 03 A.3."""
+    """CUDA autocast rules without a GPU, on *fake* CUDA tensors (made inside; no data). 03 A.3."""
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"CUDA autocast runs in float16 or bfloat16, not {dtype}")
     try:
@@ -225,8 +224,7 @@ def cuda_simulation_available() -> tuple[bool, str]:
 
 
 def autocast_rule_devices(op: str) -> list[str] | None:
-    """Devices ("CPU", "CUDA") with an autocast kernel for ATen ``op`` ("softmax.int"); ``None``
-    where the private ``torch._C._dispatch_dump`` fails; ValueError: unknown op. 03 A.3."""
+    """Devices ("CPU", "CUDA") with an autocast kernel for ATen ``op``; None: private API failed."""
     try:
         dump = torch._C._dispatch_dump(f"aten::{op}")
     except Exception:  # noqa: BLE001 - private API: absent, renamed, or changed

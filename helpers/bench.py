@@ -91,8 +91,7 @@ def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str,
 
 def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
          min_run_time: float = 0.5) -> dict[str, Any]:
-    """TFLOP/s of an n x n matmul in ``dtype`` (GEMM_DTYPES), the GPU's datasheet peak and fraction
-    of it (None: unknown); "tflops" None, the reason in "absent", where the dtype does not exist."""
+    """TFLOP/s of an n x n matmul in ``dtype``, peak and fraction of it; "absent": why not here."""
     device = torch.device(device)
     if dtype not in GEMM_DTYPES:
         raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
@@ -147,8 +146,7 @@ def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224,
 
 
 def speedups(values: dict[str, float], lower_is_faster: bool = False) -> dict[str, dict]:
-    """``{mode: {baseline: speed-up}}`` over each float32 baseline in ``values`` (images/s per mode,
-    or times with ``lower_is_faster``): "float32" strict, "tf32" (Ampere on) with TF32 on."""
+    """``{mode: {baseline: speed-up}}`` over "float32" (strict) and "tf32" in ``values``."""
     bases = [b for b in ("float32", "tf32") if b in values]
     return {m: {b: (values[b] / v if lower_is_faster else v / values[b]) for b in bases}
             for m, v in values.items() if m not in ("float32", "tf32")}

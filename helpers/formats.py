@@ -67,8 +67,7 @@ def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
 
 
 def round_mantissa(x: torch.Tensor, bits: int, *, truncate: bool = False) -> torch.Tensor:
-    """Float32 ``x`` rounded (to nearest, ties to even; or truncated) to ``bits`` mantissa bits,
-    float32's range kept: ``bits=10`` emulates TF32, ``bits=7`` equals bf16. Notebook 00 §9."""
+    """Float32 ``x`` rounded (or truncated) to ``bits`` mantissa bits: 10 is TF32, 7 bf16. 00 §9."""
     if x.dtype != torch.float32:
         raise TypeError(f"round_mantissa expects float32, got {x.dtype}")
     if not 0 <= bits <= 23:

@@ -1,5 +1,4 @@
-"""Dtype leaks: the ops that pull a half-precision run back to float32 (creations without
-``dtype=``, mixes, casts), in one :func:`record_ops` run (not for autocast). Notebook 02 §6."""
+"""Dtype leaks: ops that pull a half-precision run back to float32 (not for autocast); 02 §6."""
 
 from dataclasses import dataclass, field
 from typing import Any, Callable

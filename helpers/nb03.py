@@ -69,8 +69,7 @@ class TrainingComparison:
 def compare_training(device: torch.device, amp_dtype: torch.dtype, *, examples: int,
                      test_examples: int, epochs: int = 2, batch_size: int = 32,
                      max_lr: float = 2e-2) -> TrainingComparison:
-    """Train ``ShapesCNN`` from seed 0 twice, float32 and autocast in ``amp_dtype`` (a scaler for
-    float16; AdamW, one-cycle schedule), and test each on ``test_examples`` images."""
+    """Train ``ShapesCNN`` from seed 0 in float32 and with autocast (AdamW, one-cycle); test both"""
     train_set = shapes_dataset("train", n=examples)
     test_set = shapes_dataset("test", n=test_examples)
     logs, accuracy = {}, {}

@@ -1,5 +1,4 @@
-"""Notebook 04's scaffolding: real gradients against float16's range, and the *faint task* (a tiny
-net learns input x :data:`FAINT_FACTOR`), whose float16 gradients underflow unless scaled."""
+"""Notebook 04's scaffolding: real gradients vs float16's range, the *faint task* (underflows)."""
 
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -21,8 +20,7 @@ Device = str | torch.device
 def capture_gradients(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *,
                       amp_dtype: torch.dtype | None = None, loss_scale: float = 1.0
                       ) -> dict[str, torch.Tensor]:
-    """Gradients of the cross-entropy times ``loss_scale`` (autocast in ``amp_dtype``, else strict
-    float32) of each :data:`GRADIENT_MODULES` output ("activation") and parameter ("parameter")."""
+    """Gradients of each :data:`GRADIENT_MODULES` output and parameter (loss x ``loss_scale``)."""
     caught: list[torch.Tensor] = []
 
     def keep_output_grad(module: nn.Module, args: tuple, output: torch.Tensor) -> None:

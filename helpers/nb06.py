@@ -76,8 +76,7 @@ def _c_stdout_of(fn: Callable[[], Any]) -> str:
 
 
 def onednn_conv_kernels() -> dict[str, list[str]]:
-    """``{layout: ["reorder jit:blk", "convolution brg_conv_fwd:avx512_core", ...]}``: oneDNN's
-    verbose log of one 64-channel 3x3 convolution per layout ([] where oneDNN does not run)."""
+    """``{layout: ["convolution brg_conv_fwd:avx512_core", ...]}``: oneDNN's kernels per layout."""
     torch.manual_seed(0)
     conv, x = torch.nn.Conv2d(64, 64, 3, padding=1).eval(), torch.randn(1, 64, 56, 56)
     kernels: dict[str, list[str]] = {}

@@ -58,8 +58,7 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
           max_steps: int | None = None) -> TrainLog:
-    """Train ``model`` on ``batches`` of (inputs, labels) with :func:`amp_step`, strict float32
-    outside autocast; ``scheduler`` steps only after optimizer steps that ran. Notebook 03 §4."""
+    """Train with :func:`amp_step`, strict fp32 outside autocast; ``scheduler`` after real steps"""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
