@@ -1,10 +1,6 @@
-"""Helpers for the course "Mixed precision in PyTorch, by experiment".
-
-General tools live in flat modules (``helpers.device``, ``helpers.speed``, ...), each notebook's own
-scaffolding in ``helpers.nbNN``. A notebook uses ``import helpers`` for general tools and
-``from helpers import nbNN as lab`` for its own harness. Course tooling (statistics, suite timing,
-the benchmark recorder, re-executing notebooks) is not part of this package: it lives in ``tools/``.
-"""
+"""Helpers for the course "Mixed precision in PyTorch, by experiment": general tools in flat modules
+(``import helpers``), each notebook's scaffolding in ``helpers.nbNN`` (``from helpers import nbNN as
+lab``). Course tooling (statistics, benchmarks, re-executing notebooks) lives in ``tools/``."""
 from . import (autocast_rules, bench, debugging, dtype_trace, formats, leaks, measure,  # noqa: F401
                peaks, speed, state)
 from .data import CLASSES, make_loader, shapes_dataset

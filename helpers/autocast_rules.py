@@ -1,11 +1,6 @@
-"""Which dtype each op runs in under autocast, on CPU and on CUDA (on a GPU, or simulated on fake
-tensors without one). Taught in notebook 03 §3 and appendix A.3; used in notebooks 01 and 08.
-
-The simulation rests on private PyTorch APIs (``torch._subclasses.fake_tensor``,
-``torch._C._dispatch_dump``): check :func:`cuda_simulation_available` first, and expect ``None``
-from :func:`autocast_rule_devices` where they are missing.
-"""
-from __future__ import annotations
+"""Which dtype each op runs in under autocast, on CPU and on CUDA (a GPU, or simulated on fake
+tensors); notebook 03 §3 and A.3, used in 01 and 08. The simulation rests on private APIs: check
+:func:`cuda_simulation_available`; :func:`autocast_rule_devices` gives ``None`` where they lack."""
 
 import re
 from contextlib import contextmanager
@@ -50,15 +45,13 @@ OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 
 def cuda_rules_available() -> tuple[bool, str]:
-    """``(True, "")`` where CUDA's autocast rules apply here (a GPU, or the simulation), else
-    ``(False, why)``."""
+    """``(True, "")`` where CUDA's autocast rules apply (a GPU, simulated), else (False, why)."""
     return (True, "") if torch.cuda.is_available() else cuda_simulation_available()
 
 
 @contextmanager
 def cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None]:
-    """CUDA autocast in which new tensors are CUDA tensors: real on a GPU, else
-    :func:`simulated_cuda_autocast` (dtypes and errors, no values). Create tensors inside."""
+    """CUDA autocast, new tensors on CUDA: real on a GPU, else :func:`simulated_cuda_autocast`."""
     if torch.cuda.is_available():
         with torch.device("cuda"), torch.amp.autocast("cuda", dtype=dtype):
             yield
@@ -90,10 +83,9 @@ class OpTable:
     inputs: dict[str, str]       # short op name -> what it was given
 
     def kind(self, op: str, device: str) -> str | None:
-        """``"low"`` (that column's autocast dtype), ``"float32"`` or an error type, for ``device``
-        "cpu" or "cuda"; None where the CUDA column is unavailable."""
-        column, low = (self.cpu, self.cpu_dtype) if device == "cpu" else (self.cuda,
-                                                                           self.cuda_dtype)
+        """``"low"`` (the column's autocast dtype), "float32" or an error type; None: no CUDA."""
+        cpu = device == "cpu"
+        column, low = (self.cpu, self.cpu_dtype) if cpu else (self.cuda, self.cuda_dtype)
         if column is None:
             return None
         return "low" if column[op] == str(low).removeprefix("torch.") else column[op]
@@ -126,8 +118,7 @@ class OpTable:
 
 def op_dtype_table(cpu_dtype: torch.dtype = torch.bfloat16,
                    cuda_dtype: torch.dtype = torch.float16) -> OpTable:
-    """Run every op of :data:`OPS` under CPU autocast (``cpu_dtype``), without it, and under CUDA
-    autocast (``cuda_dtype``, on a GPU or simulated; skipped where neither works). Notebook 03."""
+    """Every op of :data:`OPS` under CPU autocast, without it, and under CUDA autocast. 03 §3."""
     short = {name: name.split(" ")[0] for name in OPS}
     inputs = {short[name]: name[len(short[name]):].strip(" ()") for name in OPS}
     cpu, plain = {}, {}
@@ -136,20 +127,17 @@ def op_dtype_table(cpu_dtype: torch.dtype = torch.bfloat16,
             cpu[short[name]] = _outcome(op)
         plain[short[name]] = _outcome(op, cpu_dtype)
     available, why_not = cuda_rules_available()
-    cuda = None
-    if available:
-        cuda = {}
-        for name, op in OPS.items():
-            with cuda_autocast(cuda_dtype):
-                cuda[short[name]] = _outcome(op)
+    cuda = {} if available else None
+    for name, op in OPS.items() if available else ():
+        with cuda_autocast(cuda_dtype):
+            cuda[short[name]] = _outcome(op)
     source = "this GPU" if torch.cuda.is_available() else "simulated"
     return OpTable(cpu, plain, cuda, cpu_dtype, cuda_dtype,
                    source if available else f"unavailable: {why_not}", inputs)
 
 
 def cuda_autocast_error(fn: Callable[[], object], dtype: torch.dtype = torch.float16) -> str:
-    """The message of the RuntimeError ``fn()`` raises under CUDA autocast ("" if none), or why CUDA
-    rules cannot apply here. Create tensors inside ``fn`` (CUDA tensors). Notebook 03 §6."""
+    """The RuntimeError message of ``fn()`` under CUDA autocast ("" if none), or why not. 03 §6."""
     available, why_not = cuda_rules_available()
     if not available:
         return f"(CUDA autocast cannot be applied here: {why_not})"
@@ -165,9 +153,7 @@ BOOKKEEPING_OPS = ("detach", "empty", "add_", "device")  # autograd, BatchNorm's
 
 
 def op_dtypes(records: list[OpRecord]) -> dict[str, str]:
-    """Each op of a trace (:func:`helpers.dtype_trace.record_ops`) with the dtypes it produced, in
-    order of first appearance (``{"convolution": "bfloat16 x4", ...}``), bookkeeping ops left out;
-    an op with several outputs counts each. Notebook 03 §3."""
+    """Each op of a :func:`record_ops` trace with its output dtypes ("bfloat16 x4"); 03 §3."""
     counts: dict[str, dict[str, int]] = {}
     for record in records:
         if record.name in BOOKKEEPING_OPS:
@@ -188,8 +174,7 @@ FAKE_CUDA_WITHOUT_GPU = (2, 10)  # first release whose fake CUDA tensors need no
 
 
 def _check_fake_cuda_stays_off_the_runtime() -> None:
-    """Raise :class:`SimulationUnavailable` where fake CUDA tensors would call the CUDA runtime:
-    before 2.10, indexing and ``copy_`` take a real CUDA device guard (fails without a GPU)."""
+    """:class:`SimulationUnavailable` where fake CUDA tensors take a real device guard (< 2.10)."""
     if _version_at_least(torch.__version__, FAKE_CUDA_WITHOUT_GPU) or torch.cuda.is_available():
         return
     raise SimulationUnavailable(
@@ -200,10 +185,7 @@ def _check_fake_cuda_stays_off_the_runtime() -> None:
 
 @contextmanager
 def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None]:
-    """Apply PyTorch's *CUDA* autocast rules without a GPU: inside, new tensors are *fake* CUDA
-    tensors (``FakeTensorMode``: dtype, shape, device, no data; no kernel runs) and CUDA autocast is
-    on, so ops return the dtypes and raise the errors of the installed PyTorch's CUDA rules. Create
-    the model and inputs inside. :class:`SimulationUnavailable` where it cannot. Notebook 03 A.3."""
+    """CUDA autocast rules without a GPU, on *fake* CUDA tensors (made inside; no data). 03 A.3."""
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"CUDA autocast runs in float16 or bfloat16, not {dtype}")
     try:
@@ -227,8 +209,7 @@ def simulated_cuda_autocast(dtype: torch.dtype = torch.float16) -> Iterator[None
 
 
 def cuda_simulation_available() -> tuple[bool, str]:
-    """Whether :func:`simulated_cuda_autocast` works here: ``(True, "")`` or ``(False, why)``, by
-    running what the notebooks do in it and checking CUDA's rules (linear fp16, softmax fp32)."""
+    """``(True, "")`` where :func:`simulated_cuda_autocast` works (linear fp16, softmax fp32)."""
     try:
         with simulated_cuda_autocast(torch.float16):
             layer = nn.Linear(4, 4)  # weight initialisation goes through copy_
@@ -243,9 +224,7 @@ def cuda_simulation_available() -> tuple[bool, str]:
 
 
 def autocast_rule_devices(op: str) -> list[str] | None:
-    """Devices ("CPU", "CUDA") with an autocast kernel for ATen op ``op`` (``"conv2d"``,
-    ``"softmax.int"``), read from the dispatcher; ``None`` where the private
-    ``torch._C._dispatch_dump`` is missing or fails; ValueError: unknown op. Notebook 03 A.3."""
+    """Devices ("CPU", "CUDA") with an autocast kernel for ATen ``op``; None: private API failed."""
     try:
         dump = torch._C._dispatch_dump(f"aten::{op}")
     except Exception:  # noqa: BLE001 - private API: absent, renamed, or changed

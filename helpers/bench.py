@@ -1,7 +1,4 @@
-"""Benchmark measurements notebooks run live (notebook 01 §4, 06 §7), and readers of the files in
-data/benchmarks/ (03, 06 §8 and A.4, the README's Results) that the recorder, ``python -m
-tools.bench`` (course tooling; its docstring gives the format), writes. Modes: :data:`MODES`."""
-from __future__ import annotations
+"""Benchmarks run live (01 §4, 06 §7), readers of data/benchmarks/ (``python -m tools.bench``)."""
 
 import copy
 import json
@@ -13,6 +10,7 @@ from torch import nn
 
 from . import peaks
 from .device import tf32_flags
+from .dtype_trace import OpObserver
 from .measure import cuda_memory, time_it
 from .model import DATA_DIR
 
@@ -36,8 +34,7 @@ def load_records(directory: str | Path = BENCH_DIR, device: str | None = None) -
 
 
 def absent_reason(mode: str, device: str | torch.device) -> str | None:
-    """Why ``mode`` (a GEMM dtype, inference or training mode) does not exist on ``device``; None
-    when it does."""
+    """Why ``mode`` (GEMM dtype, inference or training) does not exist on ``device``, or None."""
     device = torch.device(device)
     major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
     if "tf32" in mode and (major is None or major < 8):
@@ -48,21 +45,16 @@ def absent_reason(mode: str, device: str | torch.device) -> str | None:
 
 
 def mode_dtypes(mode: str) -> tuple[torch.dtype, torch.dtype | None]:
-    """(dtype of the weights and inputs, autocast dtype or None) of ``mode``; the arithmetic runs in
-    the autocast dtype where there is one, else in the first."""
+    """(dtype of the weights and inputs, autocast dtype or None) of ``mode``."""
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}: use one of {', '.join(MODES)}.")
     return MODES[mode]
 
 
 def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """Run ``fn()``; return its result and the peak bytes of tensor storage created while it ran
-    (storage made before, views and in-place results not counted; kernels' scratch buffers unseen):
-    a device-independent stand-in for the CUDA allocator's peak."""
+    """``fn()``'s result and the peak bytes of tensor storage it made (stand-in for CUDA's peak)"""
     from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
-
     def storages(values: Any) -> dict[int, torch.UntypedStorage]:
         return {s.data_ptr(): s for v in tree_leaves(values) if isinstance(v, torch.Tensor)
                 for s in [v.untyped_storage()] if s.nbytes()}
@@ -70,43 +62,36 @@ def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
     live: dict[int, tuple[StorageWeakRef, int]] = {}  # data_ptr -> (weak ref, bytes) made in fn
     peak = [0]
 
-    class Tracker(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out, existing = func(*args, **(kwargs or {})), storages((args, kwargs))
-            live.update({k: (StorageWeakRef(s), s.nbytes()) for k, s in storages(out).items()
-                         if k not in existing})
-            for key in [key for key, (ref, _) in live.items() if ref.expired()]:
-                del live[key]
-            peak[0] = max(peak[0], sum(n for _, n in live.values()))
-            return out
+    def seen(func, args: tuple, kwargs: dict, out: Any) -> None:
+        existing = storages((args, kwargs))
+        live.update({k: (StorageWeakRef(s), s.nbytes()) for k, s in storages(out).items()
+                     if k not in existing})
+        for key in [key for key, (ref, _) in live.items() if ref.expired()]:
+            del live[key]
+        peak[0] = max(peak[0], sum(n for _, n in live.values()))
 
-    with Tracker():
+    with OpObserver(seen):
         result = fn()
     return result, peak[0]
 
 
 def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str,
              min_run_time: float, with_memory: bool = True) -> tuple[float, tuple | None]:
-    """One warm-up call, then (median seconds, :func:`call_memory` of one call), TF32 on only in
-    'tf32' modes."""
+    """One warm-up call, then (median seconds, memory of one call); TF32 on only in 'tf32'."""
     with tf32_flags(mode == "tf32"):
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the warm-up (cudnn.benchmark's autotuning) ends first
-        memory = None
-        if with_memory and device.type == "cuda":  # weights, inputs made before: not this call's
-            memory = tuple(cuda_memory(fn, device))
-        elif with_memory:
-            memory = peak_tensor_bytes(fn)[1], None
+        # weights, inputs made before: not this call's
+        memory = (None if not with_memory else tuple(cuda_memory(fn, device))
+                  if device.type == "cuda" else (peak_tensor_bytes(fn)[1], None))
         seconds = time_it(fn, label=label, sub_label=mode, min_run_time=min_run_time).median
     return seconds, memory
 
 
 def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
          min_run_time: float = 0.5) -> dict[str, Any]:
-    """TFLOP/s of an n x n @ n x n matmul in ``dtype`` (GEMM_DTYPES; "float32" strict, "tf32" with
-    TF32 on), the GPU's dense datasheet peak and the fraction of it reached (``helpers.peaks``; None
-    where unknown); "tflops" None, with the reason in "absent", where the dtype does not exist."""
+    """TFLOP/s of an n x n matmul in ``dtype``, peak and fraction of it; "absent": why not here."""
     device = torch.device(device)
     if dtype not in GEMM_DTYPES:
         raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
@@ -126,8 +111,7 @@ def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
 
 
 def prepare_model(model: nn.Module, mode: str, device: str | torch.device = "cpu") -> nn.Module:
-    """A copy of fp32 ``model`` for inference in ``mode``: on ``device``, converted, eval mode,
-    channels_last."""
+    """A copy of fp32 ``model`` for inference in ``mode``: on ``device``, eval, channels_last."""
     return copy.deepcopy(model).to(device=device, dtype=mode_dtypes(mode)[0]).eval().to(
         memory_format=torch.channels_last)
 
@@ -140,8 +124,7 @@ def _images(batch: int, image_size: int, device: torch.device, dtype: torch.dtyp
 
 
 def forward_fn(net: nn.Module, x: torch.Tensor, mode: str = "float32") -> Callable[[], Any]:
-    """A no-argument function running ``net(x)`` in ``mode`` (TF32 on only in "tf32"), under its own
-    ``inference_mode`` and autocast context per call, as a server opens them per request."""
+    """A no-argument ``net(x)`` in ``mode``, own inference_mode and autocast per call (a request)"""
     amp_dtype = mode_dtypes(mode)[1]
 
     def forward() -> torch.Tensor:
@@ -153,8 +136,7 @@ def forward_fn(net: nn.Module, x: torch.Tensor, mode: str = "float32") -> Callab
 
 def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224,
               min_run_time: float = 0.5, model_name: str = MODEL) -> dict[str, Any]:
-    """Latency, throughput and memory of ``net`` (from :func:`prepare_model`) on a batch of random
-    images."""
+    """Latency, throughput and memory of ``net`` (:func:`prepare_model`) on random images."""
     device = next(net.parameters()).device
     forward = forward_fn(net, _images(batch, image_size, device, mode_dtypes(mode)[0])[0], mode)
     seconds, (memory, reserved) = _measure(forward, device, "inference", mode, min_run_time)
@@ -164,8 +146,7 @@ def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224,
 
 
 def speedups(values: dict[str, float], lower_is_faster: bool = False) -> dict[str, dict]:
-    """``{mode: {baseline: speed-up}}`` over each float32 baseline in ``values`` (images/s per mode,
-    or times with ``lower_is_faster``): "float32" strict, "tf32" (Ampere on) with TF32 on."""
+    """``{mode: {baseline: speed-up}}`` over "float32" (strict) and "tf32" in ``values``."""
     bases = [b for b in ("float32", "tf32") if b in values]
     return {m: {b: (values[b] / v if lower_is_faster else v / values[b]) for b in bases}
             for m, v in values.items() if m not in ("float32", "tf32")}
@@ -186,15 +167,14 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 _INTRO = (
-    f"Recorded with `{REPRODUCE}` (files in `data/benchmarks/`, format in `tools/bench.py`); "
-    f"this section is generated by `{REPRODUCE} --readme`. Random-weight ResNet-50 "
-    "(`weights=None`), channels_last, inputs of random images; times are medians from "
-    "`torch.utils.benchmark` after a warm-up call. `float32` is strict fp32 (TF32 off, also for "
-    "cuDNN, whose PyTorch default is TF32 on); `tf32` (NVIDIA GPUs from Ampere on) is measured as "
-    "its own mode. Peak memory is what one call allocates on top of the weights, inputs and "
-    "optimizer state already in memory: on a GPU the CUDA allocator's peak minus what was "
-    "allocated before (cuDNN workspaces included), on a CPU the peak of the tensors the call "
-    "creates.")
+    f"Recorded with `{REPRODUCE}` (files in `data/benchmarks/`, format in `tools/bench.py`); this "
+    f"section is generated by `{REPRODUCE} --readme`. Random-weight ResNet-50 (`weights=None`), "
+    "channels_last, inputs of random images; times are medians from `torch.utils.benchmark` "
+    "after a warm-up call. `float32` is strict fp32 (TF32 off, also for cuDNN, whose PyTorch "
+    "default is TF32 on); `tf32` (NVIDIA GPUs from Ampere on) is measured as its own mode. Peak "
+    "memory is what one call allocates on top of the weights, inputs and optimizer state already "
+    "in memory: on a GPU the CUDA allocator's peak minus what was allocated before (cuDNN "
+    "workspaces included), on a CPU the peak of the tensors the call creates.")
 
 
 def _gemm_markdown(record: dict) -> list[str]:
@@ -262,11 +242,9 @@ def results_markdown(records: Sequence[dict]) -> str:
 
 
 def plot_inference(records: Sequence[dict], ax=None, metric: str = "images_per_s"):
-    """Plot an inference ``metric`` against batch size (log-log), one line per record and mode;
-    ``records`` may be dicts with just "machine" and "inference" (e.g. entries measured live)."""
+    """Plot an inference ``metric`` against batch size (log-log), one line per record and mode."""
     if ax is None:
         import matplotlib.pyplot as plt
-
         ax = plt.subplots(figsize=(6, 3.5), dpi=80)[1]
     for record in records:
         for mode in dict.fromkeys(e["dtype"] for e in record["inference"]):

@@ -1,5 +1,4 @@
 """The reference dataset: coloured shapes drawn with Pillow from a seed (offline, deterministic)."""
-from __future__ import annotations
 
 import math
 from functools import lru_cache
@@ -19,13 +18,10 @@ N_TRAIN, N_TEST = 6000, 2000
 def _polygon(cx: float, cy: float, radius: float, corners: int, angle: float,
              inner: float = 1.0) -> list:
     """Points of a regular polygon (or a star when ``inner`` < 1) centred on (cx, cy)."""
-    points = []
     steps = corners * (2 if inner < 1.0 else 1)
-    for k in range(steps):
-        r = radius * (inner if inner < 1.0 and k % 2 else 1.0)
-        a = angle + 2 * math.pi * k / steps
-        points.append((cx + r * math.cos(a), cy + r * math.sin(a)))
-    return points
+    radii = [radius * (inner if inner < 1.0 and k % 2 else 1.0) for k in range(steps)]
+    angles = [angle + 2 * math.pi * k / steps for k in range(steps)]
+    return [(cx + r * math.cos(a), cy + r * math.sin(a)) for r, a in zip(radii, angles)]
 
 
 def _draw(draw: ImageDraw.ImageDraw, label: str, cx: float, cy: float, r: float, angle: float,
@@ -56,11 +52,8 @@ def _draw(draw: ImageDraw.ImageDraw, label: str, cx: float, cy: float, r: float,
 
 
 def render_shapes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw ``n`` images (uint8, N x 3 x 32 x 32) with balanced labels (int64), from ``seed`` alone.
-
-    Each image: one shape of random size, position, rotation and colour on a random background,
-    plus pixel noise.
-    """
+    """Draw ``n`` images (uint8, N x 3 x 32 x 32) with balanced labels (int64), from ``seed`` alone:
+    one shape of random size, position, rotation and colour on a random background, pixel noise."""
     rng = np.random.default_rng(seed)
     size = IMAGE_SIZE * _SUPERSAMPLE
     labels = rng.permutation(np.arange(n) % len(CLASSES))
@@ -87,10 +80,8 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=4)
 def shapes_dataset(split: str = "train", n: int | None = None) -> TensorDataset:
-    """The reference dataset: ``split`` 'train' (6000 images) or 'test' (2000), float32 in [-1, 1].
+    """The reference dataset, float32 in [-1, 1]: 'train' (6000), 'test' (2000), or its first n."""
 
-    ``n`` takes the first n images of that split (drawn from the same seed: a prefix).
-    """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
     seed, full = (TRAIN_SEED, N_TRAIN) if split == "train" else (TEST_SEED, N_TEST)

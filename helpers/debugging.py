@@ -1,13 +1,13 @@
 """Where inf and NaN first appear: per module (forward hooks) and per ATen op (notebook 07)."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from .dtype_trace import OpObserver
 
 
 def _floats(values: Any) -> list[torch.Tensor]:  # the floating tensors, nested containers too
@@ -46,9 +46,8 @@ def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | N
     def hook(name: str) -> Callable:
         def check(module: nn.Module, args: Any, output: Any) -> None:
             if not found and not all_finite(output):
-                floats = _floats(output)
                 found.append(FirstNonFinite(name or type(module).__name__, nonfinite_kind(output),
-                                            all_finite(args), floats[0].dtype))
+                                            all_finite(args), _floats(output)[0].dtype))
         return check
 
     handles = [module.register_forward_hook(hook(name)) for name, module in model.named_modules()]
@@ -61,24 +60,15 @@ def first_nonfinite_module(model: nn.Module, *inputs: Any) -> FirstNonFinite | N
     return found[0] if found else None
 
 
-class _FirstNonFiniteOp(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: FirstNonFinite | None = None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if self.found is None and not all_finite(out):
-            floats = _floats(out)
-            self.found = FirstNonFinite(func.overloadpacket.__name__, nonfinite_kind(out),
-                                        all_finite((args, kwargs)), floats[0].dtype)
-        return out
-
-
 def first_nonfinite_op(fn: Callable[[], Any]) -> tuple[Any, FirstNonFinite | None]:
-    """``fn()``'s result and the first ATen op whose output held inf or NaN (or None): finer than
-    :func:`first_nonfinite_module`, also in backward passes. Taught in notebook 07 §3."""
-    with _FirstNonFiniteOp() as finder:
+    """``fn()``'s result and the first ATen op that made inf/NaN (or None), backward too; 07 §3."""
+    found: list[FirstNonFinite] = []
+
+    def seen(func, args: tuple, kwargs: dict, out: Any) -> None:
+        if not found and not all_finite(out):
+            found.append(FirstNonFinite(func.overloadpacket.__name__, nonfinite_kind(out),
+                                        all_finite((args, kwargs)), _floats(out)[0].dtype))
+
+    with OpObserver(seen):
         result = fn()
-    return result, finder.found
+    return result, found[0] if found else None

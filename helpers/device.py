@@ -1,5 +1,4 @@
 """Pick a device and an autocast dtype; the TF32 switches; what the hardware reports (00)."""
-from __future__ import annotations
 
 import contextlib
 import io
@@ -168,7 +167,6 @@ def strict_fp32() -> contextlib.AbstractContextManager:
 
 class AutocastState(NamedTuple):
     """What autocast would do for one device type in the calling thread."""
-
     enabled: bool
     dtype: torch.dtype  # the dtype autocast casts to (the device's default unless a context set it)
 
@@ -192,12 +190,16 @@ def quiet_native_stderr() -> Iterator[None]:
         os.close(saved), os.close(null)
 
 
-def cpu_flags() -> set[str]:
-    """CPU feature flags from /proc/cpuinfo (empty where that file does not exist, e.g. macOS)."""
+def _cpuinfo(key: str) -> list[str]:
+    """The values of ``key`` lines in /proc/cpuinfo (none where it does not exist, e.g. macOS)."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    flags = [line.split(":", 1)[1].split() for line in lines if line.startswith("flags")]
-    return set(flags[0]) if flags else set()
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith(key)]
+
+
+def cpu_flags() -> set[str]:
+    """CPU feature flags from /proc/cpuinfo (empty where that file does not exist)."""
+    return set(next(iter(_cpuinfo("flags")), "").split())
 
 
 def tensor_cores(device: str | torch.device = "cuda") -> bool:
@@ -245,7 +247,6 @@ def fast_dtypes(device: str | torch.device) -> dict[str, str]:
 def environment_report(device: str | torch.device | None = None) -> dict[str, str]:
     """Versions, the chosen device and its autocast dtype, as strings (notebook 00 §1)."""
     from importlib import metadata
-
     device = pick_device(device)
     try:  # the installed version, without importing torchvision (seconds on a laptop)
         torchvision = metadata.version("torchvision")
@@ -265,9 +266,7 @@ def environment_report(device: str | torch.device | None = None) -> dict[str, st
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo, else ``platform.processor()``), e.g. "AMD EPYC"."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    names = _cpuinfo("model name")
     return names[0] if names else platform.processor() or platform.machine() or "unknown CPU"
 
 
@@ -293,5 +292,4 @@ def machine_stamp(device: str | torch.device | None = None) -> str:
         where = (f"{cpu_model()} ({', '.join(flags) or 'no 16-bit CPU flags'}, "
                  f"{torch.backends.cpu.get_cpu_capability()} kernels)")
         where = f"Apple GPU (mps) on {where}" if device.type == "mps" else where
-    return (f"Outputs made on: {where}, {torch.get_num_threads()} threads, torch "
-            f"{torch.__version__}")
+    return f"Outputs made on: {where}, {torch.get_num_threads()} threads, torch {torch.__version__}"

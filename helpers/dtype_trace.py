@@ -1,6 +1,4 @@
-"""The dtype of every ATen operation a piece of code runs (below autocast, so casts are visible).
-Taught in notebook 02 §3 (and used in 01, 03 §3 and 08)."""
-from __future__ import annotations
+"""The dtype of every ATen op a piece of code runs (below autocast: casts visible); 02 §3."""
 
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -24,41 +22,38 @@ def _float_dtypes(values: Any) -> tuple[torch.dtype, ...]:
                  if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
+class OpObserver(TorchDispatchMode):
+    """Calls ``seen(func, args, kwargs, out)`` after each ATen op run inside it (mode off there)."""
+
+    def __init__(self, seen: Callable[[Any, tuple, dict, Any], None]) -> None:
         super().__init__()
-        self.records: list[OpRecord] = []
+        self.seen = seen
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__
-        self.records.append(OpRecord(name, _float_dtypes((args, kwargs)), _float_dtypes(out)))
+        out = func(*args, **(kwargs or {}))
+        self.seen(func, args, kwargs or {}, out)
         return out
 
 
 def record_ops(fn: Callable[[], Any]) -> tuple[Any, list[OpRecord]]:
-    """Run ``fn()`` and return its result with the ATen ops it dispatched, in order: under autocast,
-    as autocast rewrote them (a ``_to_copy`` per cast); forward and backward. Notebook 02 §3."""
-    with _Recorder() as recorder:
+    """``fn()``'s result and the ATen ops it ran, in order, backward too (casts: ``_to_copy``)."""
+    records: list[OpRecord] = []
+    with OpObserver(lambda func, args, kwargs, out: records.append(OpRecord(
+            func.overloadpacket.__name__, _float_dtypes((args, kwargs)), _float_dtypes(out)))):
         result = fn()
-    return result, recorder.records
+    return result, records
 
 
 CAST_OPS = ("to", "_to_copy")  # a cast: "to" under inference_mode on some versions, else "_to_copy"
 
 GRAD_MODES: dict[str, Callable[[], Any]] = {
-    "inference_mode": torch.inference_mode,
-    "no_grad": torch.no_grad,
-    "grad enabled (training)": torch.enable_grad,
-}
+    "inference_mode": torch.inference_mode, "no_grad": torch.no_grad,
+    "grad enabled (training)": torch.enable_grad}
 
 
 def casts_per_call(module: torch.nn.Module, inputs: torch.Tensor, dtype: torch.dtype,
                    grad_mode: str, calls: int = 2) -> list[int]:
-    """How many casts autocast makes in each of ``calls`` forward passes inside ONE autocast
-    context, in the grad mode ``grad_mode`` (a key of :data:`GRAD_MODES`). The weight-cast cache:
-    notebook 03 §7."""
+    """Casts autocast makes in each of ``calls`` forwards in ONE context, per grad mode; 03 §7."""
     counts = []
     with GRAD_MODES[grad_mode](), torch.amp.autocast(inputs.device.type, dtype=dtype):
         for _ in range(calls):

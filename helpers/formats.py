@@ -1,5 +1,4 @@
 """Facts about floating-point formats, computed from ``torch.finfo``; notebook 00 §3-4."""
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass
@@ -59,8 +58,7 @@ def round_trip(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor
 
 
 def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
-    """Gap from each value (rounded to ``dtype``) to the next ``dtype`` number (``inf``: none), from
-    the bit pattern plus one, so fp8 works too (``torch.nextafter`` does not). Notebook 00 §4."""
+    """Gap from each value (rounded to ``dtype``) to the next ``dtype`` number, fp8 too; 00 §4."""
     magnitude = torch.as_tensor(values, dtype=torch.float64).abs()
     stored = magnitude.to(dtype)
     following = (stored.view(_INT_VIEW[format_facts(dtype).bits]) + 1).view(dtype).to(torch.float64)
@@ -69,8 +67,7 @@ def spacing(values: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
 
 
 def round_mantissa(x: torch.Tensor, bits: int, *, truncate: bool = False) -> torch.Tensor:
-    """Float32 ``x`` rounded (to nearest, ties to even; or truncated) to ``bits`` mantissa bits,
-    float32's range kept: ``bits=10`` emulates TF32, ``bits=7`` equals bf16. Notebook 00 §9."""
+    """Float32 ``x`` rounded (or truncated) to ``bits`` mantissa bits: 10 is TF32, 7 bf16. 00 §9."""
     if x.dtype != torch.float32:
         raise TypeError(f"round_mantissa expects float32, got {x.dtype}")
     if not 0 <= bits <= 23:

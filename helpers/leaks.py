@@ -1,7 +1,4 @@
-"""Find dtype leaks: the operations that pull a half-precision run back to float32 (tensors made in
-``forward`` without ``dtype=``, mixes, casts), in one run under :func:`record_ops` (not meant for
-autocast, whose float32 islands are deliberate). Only the path that ran is seen. Notebook 02 §6."""
-from __future__ import annotations
+"""Dtype leaks: ops that pull a half-precision run back to float32 (not for autocast); 02 §6."""
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -10,9 +7,7 @@ import torch
 
 from .dtype_trace import OpRecord, record_ops
 
-# ATen ops that wrap a torch.tensor/torch.as_tensor constant: their "input" is that constant, not a
-# tensor of the run, so a floating result of another dtype is a creation.
-CONSTANT_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})
+CONSTANT_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})  # wrap a torch.tensor(...) constant
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -40,9 +35,8 @@ class Leak:
 
 
 def classify(record: OpRecord, dtype: torch.dtype) -> str | None:
-    """The kind of leak ``record`` is in a ``dtype`` run, or None: "mixes" (floating inputs of
-    several dtypes), "creates" (no floating input or a constant, another floating result), "casts"
-    (inputs ``dtype``, the first floating output not). Inputs sharing another dtype carry a leak."""
+    """The kind of leak ``record`` is in a ``dtype`` run, or None: "mixes" (several input dtypes),
+    "creates" (no floating input, or a constant), "casts" (inputs ``dtype``, the output not)."""
     inputs = set(record.input_dtypes)
     if len(inputs) > 1:
         return "mixes"
@@ -88,8 +82,7 @@ class LeakReport:
 
 
 def find_dtype_leaks(fn: Callable[[], Any], dtype: torch.dtype) -> LeakReport:
-    """Run ``fn()`` once and report the operations that leave ``dtype`` (see :func:`classify`); an
-    exception does not propagate: the report keeps the ops up to it and its first line."""
+    """Run ``fn()`` once, report the ops that leave ``dtype``; an exception is reported."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float16, not "
                         f"{dtype!r}")

@@ -1,33 +1,19 @@
-"""Measurement: time (torch.utils.benchmark), parameter and activation bytes, CUDA memory. Taught in
-notebook 01: §1 (parameter bytes), §4 (timing, CUDA memory), §6 (what autograd saves, a
-``saved_tensors_hooks`` counter)."""
-from __future__ import annotations
+"""Measurement (01): parameter bytes (§1), timing and CUDA memory (§4), saved bytes (§6)."""
 
-import logging
 from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
-
-# torch.utils.benchmark imports torch.utils.cpp_extension, which warns where a CUDA toolkit has no
-# GPU ("No CUDA runtime is found"): irrelevant to timing, kept out of notebooks.
-logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-from torch.utils import benchmark  # noqa: E402
+from torch.utils import benchmark
 
 
 def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", description: str = "",
             min_run_time: float = 0.5, blocks: int = 5) -> benchmark.Measurement:
-    """Time ``fn()`` with ``torch.utils.benchmark.Timer`` (all CPU threads; CUDA synchronised) in
-    about ``min_run_time`` s: a warm-up and a timed call size blocks of >= 20 calls (a call over
-    half of ``min_run_time`` is timed twice and the faster kept: a cold call can overstate it). Read
-    ``.median`` (s per call, median block) or ``.times``; notebook 01 §4."""
-    timer = benchmark.Timer(
-        stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
-        label=label, sub_label=sub_label, description=description,
-    )
+    """Time ``fn()`` with ``benchmark.Timer`` in blocks of >= 20 calls; read ``.median``; 01 §4."""
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
+                            label=label, sub_label=sub_label, description=description)
     first = timer.blocked_autorange(min_run_time=0)  # one warm-up call, then one timed call
-    # too slow for blocks, or a cold call (caches, a busy core):
-    if 2 * first.times[0] > min_run_time:
+    if 2 * first.times[0] > min_run_time:  # too slow for blocks, or a cold call (a busy core)
         again = timer.blocked_autorange(min_run_time=0)  # time it once more, keep the faster
         first = min(first, again, key=lambda m: m.times[0])
     calls = int(min_run_time / first.times[0])  # how many calls fit in min_run_time
@@ -53,10 +39,7 @@ def parameter_bytes(model: nn.Module, include_buffers: bool = True) -> int:
 
 def saved_activation_bytes_by_dtype(fn: Callable[[], Any],
                                     exclude: nn.Module | None = None) -> dict[torch.dtype, int]:
-    """Bytes of the tensors autograd saves for backward while ``fn()`` runs, per dtype, largest
-    first (a ``saved_tensors_hooks`` counter). Each tensor counts once, a saved view only its own
-    elements; parameters of ``exclude`` (the model) are left out: what a training step holds between
-    forward and backward."""
+    """Bytes autograd saves in ``fn()`` per dtype, largest first, parameters of ``exclude`` out."""
     skip = {p.data_ptr() for p in exclude.parameters()} if exclude is not None else set()
     seen: dict[tuple, int] = {}
 
@@ -80,9 +63,7 @@ def saved_activation_bytes(fn: Callable[[], Any], exclude: nn.Module | None = No
 
 
 class CudaMemory(NamedTuple):
-    """One call's CUDA memory: *allocated* (live tensors) and *reserved* (what the caching allocator
-    holds from the driver). Out of memory: a request the cache cannot serve fails even after the
-    allocator frees its cached blocks, judged against the device's free memory (01 §4)."""
+    """One call's CUDA memory: *allocated* (live tensors), *reserved* (held by the cache); 01 §4."""
 
     call_allocated: int  # peak bytes of tensors the call added on top of those allocated before it
     call_reserved: int  # peak bytes the allocator reserved on top of what it held before the call
@@ -90,9 +71,7 @@ class CudaMemory(NamedTuple):
 
 def cuda_memory(fn: Callable[[], Any], device: str | torch.device = "cuda", *,
                 empty_cache: bool = True) -> CudaMemory:
-    """Run ``fn()`` once on a CUDA device and return its :class:`CudaMemory` (raises without CUDA).
-    ``empty_cache`` first returns cached free blocks to the driver, so that ``call_reserved`` is
-    what this call made the allocator reserve."""
+    """:class:`CudaMemory` of one ``fn()`` (raises without CUDA), after ``empty_cache`` if asked."""
     if not torch.cuda.is_available():
         raise RuntimeError("cuda_memory needs a CUDA GPU; on CPU use saved_activation_bytes.")
     torch.cuda.synchronize(device)

@@ -1,5 +1,4 @@
 """The reference model (a small CNN) and its shipped fp32 checkpoint."""
-from __future__ import annotations
 
 from pathlib import Path
 
@@ -14,8 +13,7 @@ REGENERATE = "python -m tools.reference"
 
 
 class ShapesCNN(nn.Module):
-    """Four conv-BatchNorm-ReLU blocks (32x32 -> 4x4, then global average pooling) and a linear
-    classifier. Channel counts are multiples of 8, which tensor cores like."""
+    """Four conv-BatchNorm-ReLU blocks (32x32 -> 4x4, global average pool), a linear classifier."""
 
     def __init__(self, num_classes: int = len(CLASSES), widths: tuple[int, ...] = (16, 32, 64, 64)):
         super().__init__()
@@ -33,18 +31,18 @@ class ShapesCNN(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
-def load_reference_model(path: str | Path = CHECKPOINT,
-                         device: str | torch.device = "cpu") -> ShapesCNN:
-    """The trained fp32 reference model in eval mode, loaded safely with ``weights_only=True``.
-
-    Raises ``FileNotFoundError`` with the command that regenerates a missing checkpoint.
-    """
+def load_weights(model: nn.Module, path: str | Path, device: str | torch.device, regenerate: str,
+                 note: str = "") -> nn.Module:
+    """``model`` loaded from ``path`` (``weights_only=True``) on ``device``, eval mode."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
-            f"Checkpoint {path.name} not found in {path.parent.name}/. Regenerate it from the "
-            f"repository root with: {REGENERATE}  (about 20 s on 2 CPU cores)."
-        )
-    model = ShapesCNN()
+        raise FileNotFoundError(f"Checkpoint {path.name} not found in {path.parent.name}/. "
+                                f"Regenerate it from the repository root with: {regenerate}{note}")
     model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
     return model.to(device).eval()
+
+
+def load_reference_model(path: str | Path = CHECKPOINT,
+                         device: str | torch.device = "cpu") -> ShapesCNN:
+    """The trained fp32 reference model in eval mode (see :func:`load_weights`)."""
+    return load_weights(ShapesCNN(), path, device, REGENERATE, "  (about 20 s on 2 CPU cores).")

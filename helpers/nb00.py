@@ -1,5 +1,4 @@
 """Notebook 00's scaffolding: the roofline (§2), tables, spacing plot (§3-4), 00.4's data."""
-from __future__ import annotations
 
 import collections
 import math
@@ -25,8 +24,7 @@ def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int, 
 
 
 class Point(collections.namedtuple("Point", "dtype op size flops nbytes seconds")):
-    """One timed op ("linear" or "add"; ``size``: batch or elements), its FLOPs, the fewest bytes it
-    must move, its seconds."""
+    """One timed op ("linear", "add"; ``size``: batch or elements): FLOPs, fewest bytes, seconds."""
 
     @property
     def intensity(self) -> float:  # FLOPs per byte moved: an upper bound (the fewest bytes)
@@ -101,7 +99,6 @@ class Roofline:
 def plot_roofline(roofline: Roofline, ax=None):
     """Achieved GFLOP/s against FLOPs per byte, log-log: the measured roofs, and a marker per op."""
     import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(7.5, 4.2), dpi=80)[1]
     intensities = [p.intensity for p in roofline.points]
     grid = torch.logspace(math.log10(min(intensities) / 2), math.log10(max(intensities) * 2), 200)
@@ -149,7 +146,6 @@ def bit_table(values: tuple[float, ...], dtypes: tuple[torch.dtype, ...] = ALL_F
 def plot_spacing(magnitudes: torch.Tensor, gaps: dict[torch.dtype, torch.Tensor], ax=None):
     """Log-log gap vs magnitude per dtype in its range (lines: largest finite, smallest normal)."""
     import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(7.5, 4), dpi=80)[1]
     colours = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
     for (dtype, gap), colour in zip(gaps.items(), colours):

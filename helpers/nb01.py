@@ -1,5 +1,4 @@
 """Notebook 01's scaffolding: dtype tables, run comparisons, the logit-error and peak plots."""
-from __future__ import annotations
 
 import torch
 from torch import nn
@@ -29,8 +28,7 @@ def subset(dataset: torch.utils.data.TensorDataset, n: int) -> torch.utils.data.
 
 def compare_runs(runs: dict[str, EvalResult], reference: EvalResult,
                  labels: torch.Tensor) -> dict[str, dict[str, float]]:
-    """Each run against ``reference`` on the images both saw (a prefix of the test set):
-    ``{name: {"images", "accuracy", "drop", "agreement", "max_logit_diff"}}``."""
+    """Each run against ``reference`` on the images both saw: accuracy, drop, agreement, ..."""
     rows = {}
     for name, run in runs.items():
         n = len(run.predictions)
@@ -55,7 +53,6 @@ def format_comparison(rows: dict[str, dict[str, float]]) -> str:
 def plot_logit_errors(runs: dict[str, EvalResult], reference: EvalResult, ax=None):
     """Histogram (log x axis) of |logit - float32 logit| for every run but the reference."""
     import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(6, 3.5), dpi=80)[1]
     bins = torch.logspace(-6, 0, 40)
     for name, run in runs.items():
@@ -71,7 +68,6 @@ def plot_logit_errors(runs: dict[str, EvalResult], reference: EvalResult, ax=Non
 def plot_peak_ratios(peaks: dict[str, GpuPeak], low: str = "bf16", ax=None):
     """Bars per GPU: dense 16-bit peak (``low``, else fp16) over its fp32 and TF32 peaks."""
     import matplotlib.pyplot as plt
-
     fmts = {name: low if gpu.tflops.get(low) else "fp16" for name, gpu in peaks.items()}
     ratios = {name: [gpu.tflops[fmts[name]] / (gpu.tflops[base] or float("inf"))
                      for base in ("fp32", "tf32")] for name, gpu in peaks.items()}

@@ -1,5 +1,4 @@
 """Notebook 03's scaffolding: section 4's float32-vs-autocast training comparison."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -57,7 +56,6 @@ class TrainingComparison:
     def plot(self) -> None:
         """Both loss curves (raw, faint, and a 10-step mean) on a log scale."""
         import matplotlib.pyplot as plt
-
         _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
         for name, log in self.logs.items():
             smooth = [_mean_of_last(log.losses[: i + 1]) for i in range(len(log.losses))]
@@ -71,8 +69,7 @@ class TrainingComparison:
 def compare_training(device: torch.device, amp_dtype: torch.dtype, *, examples: int,
                      test_examples: int, epochs: int = 2, batch_size: int = 32,
                      max_lr: float = 2e-2) -> TrainingComparison:
-    """Train ``ShapesCNN`` from seed 0 twice, float32 and autocast in ``amp_dtype`` (a scaler for
-    float16; AdamW, one-cycle schedule), and test each on ``test_examples`` images."""
+    """Train ``ShapesCNN`` from seed 0 in float32 and with autocast (AdamW, one-cycle); test both"""
     train_set = shapes_dataset("train", n=examples)
     test_set = shapes_dataset("test", n=test_examples)
     logs, accuracy = {}, {}

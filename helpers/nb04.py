@@ -1,7 +1,4 @@
-"""Notebook 04's scaffolding (GradScaler): real gradients against float16's range, and the *faint
-task*, where a tiny network learns its input times :data:`FAINT_FACTOR` (an MSE over 4096 outputs),
-so its float16 gradients underflow unless the loss is scaled."""
-from __future__ import annotations
+"""Notebook 04's scaffolding: real gradients vs float16's range, the *faint task* (underflows)."""
 
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -23,8 +20,7 @@ Device = str | torch.device
 def capture_gradients(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *,
                       amp_dtype: torch.dtype | None = None, loss_scale: float = 1.0
                       ) -> dict[str, torch.Tensor]:
-    """Gradients of the cross-entropy times ``loss_scale`` (autocast in ``amp_dtype``, else strict
-    float32) of each :data:`GRADIENT_MODULES` output ("activation") and parameter ("parameter")."""
+    """Gradients of each :data:`GRADIENT_MODULES` output and parameter (loss x ``loss_scale``)."""
     caught: list[torch.Tensor] = []
 
     def keep_output_grad(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
@@ -85,7 +81,6 @@ def plot_gradient_magnitudes(grads: dict[str, torch.Tensor], dtype: torch.dtype 
                              loss_scale: float = 2.0**16) -> None:
     """Histograms of log2 |gradient| per kind against ``dtype``'s range and ``loss_scale``."""
     import matplotlib.pyplot as plt
-
     info, name = torch.finfo(dtype), str(dtype).removeprefix("torch.")
     log2 = lambda value: torch.tensor(value).log2().item()  # noqa: E731
     to_zero = log2(info.smallest_normal * info.eps / 2)  # half the smallest subnormal
@@ -136,8 +131,7 @@ def faint_loss(net: nn.Module, amp_dtype: torch.dtype | None = torch.float16
 def faint_step(net: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                amp_dtype: torch.dtype | None = torch.float16, inject: float | None = None
                ) -> tuple[float, float]:
-    """One recipe step on the faint task, ``inject`` (inf/NaN) written into one gradient if given:
-    the loss and the share of the output's gradients that are exactly 0."""
+    """One faint-task recipe step (``inject``: inf/NaN into a gradient): loss, share of 0 grads."""
     optimizer.zero_grad(set_to_none=True)
     loss, output = faint_loss(net, amp_dtype)
     output.retain_grad()
@@ -175,7 +169,6 @@ def train_faint(amp_dtype: torch.dtype | None, use_scaler: bool, steps: int = 30
 def plot_lines(lines: dict[str, list[float]], ylabel: str, title: str, base: float = 10) -> None:
     """One line per entry against the step, log scale in ``base`` (2: a staircase)."""
     import matplotlib.pyplot as plt
-
     _, ax = plt.subplots(figsize=(6, 3.5), dpi=80)
     for name, values in lines.items():
         ax.plot(values, label=name, ls="--" if "GradScaler" in name else "-",

@@ -1,5 +1,4 @@
 """Notebook 05's scaffolding: autocast's per-thread state, DataParallel re-enacted, launches."""
-from __future__ import annotations
 
 import contextlib
 import copy

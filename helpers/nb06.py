@@ -1,5 +1,4 @@
 """Notebook 06's scaffolding: the photo, logit comparisons, oneDNN's kernels, the sweep table."""
-from __future__ import annotations
 
 import os
 import re
@@ -19,12 +18,10 @@ LAYOUTS = {"contiguous (NCHW)": torch.contiguous_format,
 
 
 def load_photo(device: str | torch.device = "cpu"):
-    """``(image, preprocess, batch)``: matplotlib's bundled Grace Hopper photo (no download), the
-    ResNet-50 transforms, and the 1 x 3 x 224 x 224 float32 batch, made contiguous (NCHW)."""
+    """``(image, preprocess, batch)``: the bundled Grace Hopper photo, ResNet-50 transforms, NCHW"""
     from matplotlib import cbook
     from PIL import Image
     from torchvision import models
-
     with cbook.get_sample_data("grace_hopper.jpg") as f:
         image = Image.open(f).convert("RGB")
     preprocess = models.ResNet50_Weights.DEFAULT.transforms()
@@ -34,7 +31,6 @@ def load_photo(device: str | torch.device = "cpu"):
 def show_photo(image, preprocess, batch: torch.Tensor):
     """The photo next to the model's input (normalisation undone): the figure."""
     import matplotlib.pyplot as plt
-
     fig, (ax_photo, ax_input) = plt.subplots(1, 2, figsize=(6, 3.5), dpi=80)
     mean, std = (torch.tensor(v).view(3, 1, 1) for v in (preprocess.mean, preprocess.std))
     ax_photo.imshow(image)
@@ -55,8 +51,7 @@ def resize(batch: torch.Tensor, side: int) -> torch.Tensor:
 
 
 def compare_logits(logits: torch.Tensor, reference: torch.Tensor) -> dict[str, Any]:
-    """One image's ``logits`` against the fp32 ``reference``: dtype, largest error relative to the
-    largest logit, top-1 agreement, top-5 classes shared."""
+    """``logits`` against the fp32 ``reference``: dtype, relative error, top-1 same, top-5 shared"""
     dtype, logits, reference = logits.dtype, logits.float(), reference.float()
     error = ((logits - reference).abs().max() / reference.abs().max()).item()
     shared = set(logits.topk(5).indices[0].tolist()) & set(reference.topk(5).indices[0].tolist())
@@ -81,8 +76,7 @@ def _c_stdout_of(fn: Callable[[], Any]) -> str:
 
 
 def onednn_conv_kernels() -> dict[str, list[str]]:
-    """``{layout: ["reorder jit:blk", "convolution brg_conv_fwd:avx512_core", ...]}``: oneDNN's
-    verbose log of one 64-channel 3x3 convolution per layout ([] where oneDNN does not run)."""
+    """``{layout: ["convolution brg_conv_fwd:avx512_core", ...]}``: oneDNN's kernels per layout."""
     torch.manual_seed(0)
     conv, x = torch.nn.Conv2d(64, 64, 3, padding=1).eval(), torch.randn(1, 64, 56, 56)
     kernels: dict[str, list[str]] = {}
@@ -112,8 +106,7 @@ def sweep_table(entries: Sequence[dict]) -> str:
 
 def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],
                    device: str | torch.device = "cpu", n: int = 16) -> tuple[bool, bool, list[int]]:
-    """Serve ``n`` test images one per call to the trained CNN, loaded in training mode: (model
-    unchanged, every output an inference tensor, the predicted classes)."""
+    """Serve ``n`` images to the CNN (training mode): (model unchanged, all inference, classes)"""
     model = load_reference_model(device=device).train()
     requests = shapes_dataset("test", n=n).tensors[0].to(device)
     before = snapshot(model)

@@ -1,6 +1,4 @@
-"""Notebook 08's scaffolding: a small byte-level GPT with a KV cache, its seeded corpus (nothing
-downloaded) and batches; the checkpoint ``data/reference_gpt.pt`` comes from :data:`REGENERATE`."""
-from __future__ import annotations
+"""Notebook 08's scaffolding: a byte-level GPT with a KV cache, its seeded corpus and batches."""
 
 import random
 from pathlib import Path
@@ -9,7 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from .model import DATA_DIR, load_weights
+
 CHECKPOINT = DATA_DIR / "reference_gpt.pt"
 REGENERATE = "python -m tools.reference --gpt"
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (batch, heads, T, d)
@@ -30,12 +29,9 @@ _ENDINGS = (" in float32.", " on the GPU.", " at batch one.", " before the step.
 def corpus_text(n_sentences: int = 6000, seed: int = 0) -> str:
     """Short ASCII sentences from ``seed`` (``random.Random.choice`` repeats on every Python 3)."""
     rng = random.Random(seed)
-    sentences = []
-    for _ in range(n_sentences):
-        words = (rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS))
-        sentence = " ".join(words) + rng.choice(_ENDINGS)
-        sentences.append(sentence[0].upper() + sentence[1:])
-    return " ".join(sentences)
+    sentences = (" ".join((rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS)))
+                 + rng.choice(_ENDINGS) for _ in range(n_sentences))
+    return " ".join(sentence[0].upper() + sentence[1:] for sentence in sentences)
 
 
 def encode(text: str) -> torch.Tensor:
@@ -129,21 +125,14 @@ def mean_loss(model: nn.Module, ids: torch.Tensor, batches: int = 10, batch_size
     """Mean next-byte loss of ``model`` over ``batches`` seeded batches of ``ids``."""
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
-    losses = [next_token_loss(model, *(t.to(device) for t in
-                                       batch(ids, batch_size, model.context, generator)))
-              for _ in range(batches)]
+    windows = (batch(ids, batch_size, model.context, generator) for _ in range(batches))
+    losses = [next_token_loss(model, *(t.to(device) for t in pair)) for pair in windows]
     return torch.stack(losses).mean().item()
 
 
 def load_gpt(path: str | Path = CHECKPOINT, device: str | torch.device = "cpu") -> GPT:
     """The trained float32 :class:`GPT` in eval mode, loaded with ``weights_only=True``."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"Checkpoint {path.name} not found in {path.parent.name}/. "
-                                f"Regenerate it from the repository root with: {REGENERATE}")
-    model = GPT()
-    model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
-    return model.to(device).eval()
+    return load_weights(GPT(), path, device, REGENERATE)
 
 
 @torch.inference_mode()
@@ -166,8 +155,7 @@ def cache_bytes(cache: Cache) -> int:
 
 def trace_table(columns: dict[str, dict[str, str]], rows: dict[str, str],
                 heads: tuple[str, str] = ("ATen op", "in the model")) -> str:
-    """``rows`` (key -> role) against each of ``columns`` (name -> key -> text); absent rows left
-    out."""
+    """``rows`` (key -> role) against each of ``columns`` (name -> key -> text); absent rows out."""
     shown = {key: role for key, role in rows.items()
              if any(key in column for column in columns.values())}
     w0 = max(len(text) for text in (heads[0], *shown)) + 2

@@ -1,6 +1,4 @@
-"""Notebook 09's scaffolding: a training step to time and profile, the profile read as shares of
-the step, a data set that is slow to read, and a recurrent loop for exercise 09.1."""
-from __future__ import annotations
+"""Notebook 09's scaffolding: a step to time and profile, a slow data set, exercise 09.1's loop."""
 
 import itertools
 import time
@@ -10,12 +8,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from .device import quiet_native_stderr
+from .dtype_trace import OpObserver
 
-# A profile event's category: that of its outermost matching event (the optimizer's own casts
-# belong to the optimizer).
+# An event's category: that of its outermost matching event (the optimizer's casts: optimizer)
 CATEGORIES = {"casts": ("aten::_to_copy",),
               "matmuls": ("aten::mm", "aten::addmm", "aten::bmm", "aten::convolution"),
               "optimizer": ("Optimizer.step",), "data loading": ("enumerate(DataLoader)",),
@@ -25,9 +21,7 @@ CATEGORIES = {"casts": ("aten::_to_copy",),
 def mlp(width: int, depth: int = 3, seed: int = 0) -> nn.Sequential:
     """``depth`` Linear(width, width) layers with a ReLU between them, seeded."""
     torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
     return nn.Sequential(*layers[:-1])
 
 
@@ -36,20 +30,15 @@ def batch(rows: int, width: int, seed: int = 0) -> tuple[torch.Tensor, torch.Ten
     return torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
 
 
-def _forever(batches):
-    while True:
-        yield from batches
-
-
 class Step:
-    """One training step: autocast forward (``dtype`` None: float32), an MSE loss computed in
-    float32, backward, AdamW. ``data``: one (input, target) pair, or batches (a DataLoader) re-read;
-    ``sync=True`` reads the loss with ``.item()`` each step, as a logging loop does."""
+    """One step: autocast forward (``dtype`` None: float32), float32 MSE, backward, AdamW; ``data``:
+    a pair or batches (re-read); ``sync=True``: ``.item()`` each step, as a logging loop does."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype | None, data, *, sync: bool = False):
         self.model, self.dtype, self.sync = model, dtype, sync
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        self.batches = itertools.repeat(data) if isinstance(data, tuple) else _forever(data)
+        self.batches = (itertools.repeat(data) if isinstance(data, tuple)  # else re-read forever
+                        else itertools.chain.from_iterable(itertools.repeat(data)))
 
     def __call__(self) -> torch.Tensor:
         x, y = next(self.batches)
@@ -70,8 +59,7 @@ def _category(event) -> str | None:
 
 
 def profile_step(step: Callable[[], object], steps: int = 3):
-    """Profile ``steps`` calls of ``step`` (after one warm-up call). Returns the profiler and, per
-    category, (events per step, share of the step's CPU time); "other" is the rest."""
+    """The profiler of ``steps`` calls, and per category (events per step, share of CPU time)."""
     step()
     with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
@@ -100,8 +88,7 @@ def shares_line(shares: dict[str, tuple[float, float]]) -> str:
 
 
 class SlowPairs(torch.utils.data.Dataset):
-    """``n`` seeded (input, target) rows; reading one takes ``delay`` s more (a sleep standing in
-    for decoding a file from disk: the same on every machine, and it leaves the CPU free)."""
+    """``n`` seeded (input, target) rows; reading one sleeps ``delay`` s (a disk, CPU free)."""
 
     def __init__(self, n: int, width: int, delay: float, seed: int = 0):
         (self.x, self.y), self.delay = batch(n, width, seed), delay
@@ -114,24 +101,13 @@ class SlowPairs(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, torch.Tensor):
-            self.seen.append((func.overloadpacket.__name__, tuple(out.shape), out.dtype))
-        return out
-
-
 def ops(fn: Callable[[], object]) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-    """(name, shape, dtype) of each ATen op ``fn()`` dispatches with a tensor result, in order
-    (below autocast: its casts are ``_to_copy``; forward and backward)."""
-    with _Ops() as mode:
+    """(name, shape, dtype) of each ATen op ``fn()`` runs with a tensor result, in order."""
+    seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
+    with OpObserver(lambda func, args, kwargs, out: isinstance(out, torch.Tensor) and seen.append(
+            (func.overloadpacket.__name__, tuple(out.shape), out.dtype))):
         fn()
-    return mode.seen
+    return seen
 
 
 def casts(fn: Callable[[], object]) -> list[tuple[tuple[int, ...], torch.dtype]]:

@@ -1,6 +1,4 @@
-"""Datasheet peaks of NVIDIA GPUs (``data/gpu_peaks.json``, dense TFLOP/s with sources; ``None``: no
-tensor cores for a format), fractions of peak and ridge points. 01 §4, 06 §7-8, 08 §5."""
-from __future__ import annotations
+"""Datasheet peaks of NVIDIA GPUs (data/gpu_peaks.json), fractions of peak, ridges; 01, 06, 08."""
 
 import functools
 import json
@@ -57,8 +55,7 @@ def peak_for(device_name: str, path: str | Path = PEAKS_FILE) -> GpuPeak | None:
 
 
 def peak_tflops(device_name: str, dtype: str) -> float | None:
-    """Dense datasheet peak of ``dtype`` (fp32...fp8, float32, torch.bfloat16...) on a GPU; None
-    for an unknown GPU or a format without tensor cores there."""
+    """Dense datasheet peak of ``dtype`` (fp32...fp8, float32...) on a GPU; None where unknown."""
     key = str(dtype).removeprefix("torch.").lower()
     key = _ALIASES.get(key, key)
     if key not in FORMATS:
@@ -75,7 +72,6 @@ def fraction_of_peak(tflops: float | None, device_name: str, dtype: str) -> floa
 
 
 def ridge_flop_per_byte(device_name: str, dtype: str) -> float | None:
-    """Datasheet ridge, peak FLOP/s over bandwidth: below it a kernel waits for memory. The H200 has
-    the H100's peak with more bandwidth, so a lower ridge (08 §5); None where unknown."""
+    """Datasheet ridge (peak FLOP/s over bandwidth; below it, memory-bound); None where unknown."""
     gpu, peak = peak_for(device_name), peak_tflops(device_name, dtype)
     return None if gpu is None or peak is None else peak / gpu.bandwidth_tb_s

@@ -1,6 +1,4 @@
-"""Snapshots of model or optimizer state and bit-exact comparisons: did this step, load or call
-change anything? Notebooks 04 (skipped steps, exact resume) and 06 (what ``.half()`` converts)."""
-from __future__ import annotations
+"""Snapshots of model or optimizer state, bit-exact comparisons: notebooks 04 and 06."""
 
 import torch
 from torch import nn
@@ -14,8 +12,7 @@ def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when ``a`` and ``b`` have the same dtype, shape and bit pattern (so NaN equals the same
-    NaN and ``-0.0`` differs from ``0.0``, unlike ``torch.equal``)."""
+    """Same dtype, shape and bits (NaN equals itself, ``-0.0`` differs from ``0.0``: not equal)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.is_floating_point():
@@ -30,9 +27,7 @@ def same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def optimizer_snapshot(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """A detached copy of the optimizer's per-parameter state (Adam's ``step``, ``exp_avg``, ...),
-    keyed ``"<parameter index>.<name>"``, every entry a tensor (compare with :func:`same_state`);
-    empty before the first step."""
+    """A detached copy of the optimizer's state, keyed ``"<index>.<name>"``, entries tensors."""
     return {f"{index}.{name}": (value.detach().clone() if isinstance(value, torch.Tensor)
                                 else torch.tensor(value))
             for index, state in optimizer.state_dict()["state"].items()

@@ -1,6 +1,4 @@
-"""One training loop and one evaluation loop, for float32, autocast (bf16 or fp16) and GradScaler
-runs. Taught in notebook 03 (the recipe) and notebook 04 (the scaler); used by most notebooks."""
-from __future__ import annotations
+"""The training and evaluation loops (float32, autocast, GradScaler): notebooks 03 and 04."""
 
 import time
 from dataclasses import dataclass, field
@@ -35,8 +33,7 @@ def make_scaler(device_type: str, amp_dtype: torch.dtype | None, **kwargs) -> to
 def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
              optimizer: torch.optim.Optimizer, *, amp_dtype: torch.dtype | None = None,
              scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One recipe step (notebook 03): forward and cross-entropy under autocast in ``amp_dtype``,
-    backward outside it, through ``scaler`` if given; returns (loss, logits)."""
+    """One recipe step (03): autocast forward and loss, backward (via ``scaler``); (loss, logits)"""
     optimizer.zero_grad(set_to_none=True)
     with torch.amp.autocast(inputs.device.type, dtype=amp_dtype or torch.float32,
                             enabled=amp_dtype is not None):
@@ -53,8 +50,7 @@ def amp_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor,
 
 
 def skipped_by_scaler(scale_before: float, scale_after: float) -> bool:
-    """Whether a ``GradScaler`` step skipped the optimizer: ``update()`` lowers the scale exactly
-    then (notebook 04 §4)."""
+    """Whether a ``GradScaler`` step skipped: ``update()`` lowers the scale exactly then (04 §4)."""
     return scale_after < scale_before
 
 
@@ -62,8 +58,7 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
           max_steps: int | None = None) -> TrainLog:
-    """Train ``model`` on ``batches`` of (inputs, labels) with :func:`amp_step`, strict float32
-    outside autocast; ``scheduler`` steps only after optimizer steps that ran. Notebook 03 §4."""
+    """Train with :func:`amp_step`, strict fp32 outside autocast; ``scheduler`` after real steps"""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
@@ -109,8 +104,7 @@ class EvalResult:
 def evaluate(model: nn.Module, dataset: torch.utils.data.TensorDataset, *, batch_size: int = 500,
              input_dtype: torch.dtype | None = None,
              amp_dtype: torch.dtype | None = None) -> EvalResult:
-    """Evaluate ``model`` on a ``TensorDataset`` under inference_mode, inputs cast to
-    ``input_dtype`` (a half model) or autocast in ``amp_dtype``; float32 logits. Notebook 01."""
+    """Evaluate under inference_mode: inputs in ``input_dtype``, or autocast; float32 logits. 01"""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
