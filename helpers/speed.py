@@ -153,7 +153,7 @@ def _workloads(dtype: torch.dtype, net: nn.Sequential, sizes: Sizes, emulated: b
     device, layers, width = net[1].weight.device, len(net) // 4, sizes.width
     half = net.requires_grad_(False) if dtype == torch.float32 else copy.deepcopy(net).to(dtype)
     n, m = (max(2, int(min(256, max(16, sizes.flops / (k * width**2)))) // (8 if emulated else 1))
-            for k in (16, 12))  # tokens in the FLOP budget (training: 4x, batches are big); emulated: 1/8
+            for k in (16, 48))  # tokens per call within the FLOP budget; emulated: 1/8
     prompt, one = (torch.ones(k, width, device=device, dtype=dtype) for k in (n, 1))
     batch = torch.ones(m, width, device=device)
     block = copy.deepcopy(net[:4]).requires_grad_(True)  # float32 weights: autocast's
