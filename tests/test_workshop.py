@@ -60,7 +60,7 @@ class _Report:
 
 
 def test_the_preflight_report_names_the_failing_notebook_section_and_what_it_means(monkeypatch):
-    monkeypatch.setattr(preflight, "machine_lines", lambda: ["Machine: a test machine"])
+    monkeypatch.setattr(preflight, "machine_lines", lambda threads: ["Machine: a test machine"])
     recorder = preflight.Recorder()
     recorder.add(_Report("tests/test_state.py::test_x"))
     recorder.add(_Report("notebooks/04_grad_scaler.ipynb::Cell 0"))

@@ -24,6 +24,9 @@ class Recorder:
         self.failed: dict[str, list[str]] = defaultdict(list)
         self.passed: dict[str, int] = defaultdict(int)
         self.start = time.perf_counter()
+        import torch
+
+        self.threads = torch.get_num_threads()  # the session's: a test may leave it changed
 
     def add(self, report) -> None:
         path, _, name = report.nodeid.partition("::")
@@ -58,9 +61,12 @@ def cell_section(notebook: str, item: str) -> str:
     return f"{item} (notebook cell {index}), in {heading or 'the intro'}: {meaning}"
 
 
-def machine_lines() -> list[str]:
+def machine_lines(threads: int | None = None) -> list[str]:
     """The machine, and the course's verdict for it from the speed profile (cached by notebook 00)."""
     import torch
+
+    if threads:
+        torch.set_num_threads(threads)
 
     import helpers
     from helpers import speed
@@ -82,7 +88,7 @@ def machine_lines() -> list[str]:
 
 def report_lines(recorder: Recorder) -> list[str]:
     lines = ["", "=" * 30 + " pre-flight report " + "=" * 30]
-    lines += machine_lines()
+    lines += machine_lines(recorder.threads)
     lines.append("")
     for group in sorted(recorder.seconds, key=lambda g: (g != "unit tests", g)):
         failures = recorder.failed.get(group, [])
