@@ -23,6 +23,18 @@ def expects_error(cell: dict) -> bool:
     return bool(ERROR_TAGS & set(cell.get("metadata", {}).get("tags", [])))
 
 
+def output_problems(cells) -> list[str]:
+    """Unexpected errors (in cells not tagged to raise) and stderr outputs of executed ``cells``."""
+    problems = []
+    for index, cell in enumerate(cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and not expects_error(cell):
+                problems.append(f"cell {index}: unexpected {output['ename']}: {output['evalue']}")
+            if output.get("name") == "stderr":
+                problems.append(f"cell {index}: stderr output: {output['text'][:200]}")
+    return problems
+
+
 def run_notebook(path: Path) -> list[str]:
     """Execute ``path`` in place; return the problems found (unexpected errors, stderr output)."""
     nb = nbformat.read(path, as_version=4)
@@ -30,16 +42,12 @@ def run_notebook(path: Path) -> list[str]:
         cell.metadata.pop("execution", None)  # timestamps of an earlier run: noise in diffs
     NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True, record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    problems = []
+    problems = output_problems(nb.cells)
     for index, cell in enumerate(nb.cells):
         cell.id = f"cell-{index}"  # stable ids keep diffs small
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                if not expects_error(cell):
-                    problems.append(f"cell {index}: unexpected {output['ename']}: {output['evalue']}")
                 output["traceback"] = [f"\x1b[0;31m{output['ename']}\x1b[0m: {output['evalue']}"]
-            if output.get("name") == "stderr":
-                problems.append(f"cell {index}: stderr output: {output['text'][:200]}")
     nbformat.write(nb, path)
     return problems
 

@@ -113,22 +113,14 @@ def run_stop(prefix: str, parts: tuple[str, ...], timeout: int = 300) -> list[st
     import nbformat
     from nbclient import NotebookClient
 
-    from tools.run_notebooks import expects_error
+    from tools.run_notebooks import output_problems
 
     path = notebook_path(prefix)
     nb = nbformat.read(path, as_version=4)
     nb.cells = [nb.cells[index] for index in stop_indices(prefix, parts)]
     NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    problems = []
-    for index, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error" and not expects_error(cell):
-                problems.append(f"{path.name}, stop cell {index}: {output['ename']}: "
-                                f"{output['evalue']}")
-            if output.get("name") == "stderr":
-                problems.append(f"{path.name}, stop cell {index}: stderr: {output['text'][:200]}")
-    return problems
+    return [f"{path.name}, stop {problem}" for problem in output_problems(nb.cells)]
 
 
 def main(argv: list[str] | None = None) -> int:
