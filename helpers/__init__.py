@@ -2,7 +2,7 @@
 (``import helpers``), each notebook's scaffolding in ``helpers.nbNN`` (``from helpers import nbNN as
 lab``). Course tooling (statistics, benchmarks, re-executing notebooks) lives in ``tools/``."""
 from . import (autocast_rules, bench, debugging, dtype_trace, formats, leaks, measure,  # noqa: F401
-               peaks, speed, state)
+               peaks, speed, state, timing)
 from .data import CLASSES, make_loader, shapes_dataset
 from .device import (autocast_dtype, check_autocast_dtype, cuda_native_bf16, environment_report,
                      fast_dtypes, machine_stamp, needs_grad_scaler, pick_device, strict_fp32,
