@@ -17,6 +17,7 @@ CPU_FLAGS = ("avx512f", "avx_ne_convert", "avx512_bf16", "amx_bf16", "avx512_fp1
              "bf16")  # the last: Arm's BF16
 NO_TENSOR_CORES = r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b"  # sm_75: TU116/TU117
 WORKLOADS = ("training", "batched inference", "chat decoding")
+CPUINFO = Path("/proc/cpuinfo")  # Linux only
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -30,9 +31,8 @@ def _cpu_flags() -> tuple[list[str] | None, str]:
         capabilities = dict(torch.cpu.get_capabilities())
         capabilities["avx512f"] = capabilities.get("avx512_f", False)
         return [f for f in CPU_FLAGS if capabilities.get(f) is True], "torch.cpu.get_capabilities()"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():  # Linux: "flags" (x86) or "Features" (Arm) lines
-        words = set(cpuinfo.read_text().split())
+    if CPUINFO.exists():  # Linux: "flags" (x86) or "Features" (Arm) lines
+        words = set(CPUINFO.read_text().split())
         return [f for f in CPU_FLAGS if f in words], "/proc/cpuinfo"
     if platform.system() == "Darwin":  # "hw.optional.arm.FEAT_BF16: 1", "hw.optional.avx512f: 1"
         result = subprocess.run(["sysctl", "-a"], capture_output=True, text=True, check=False)
