@@ -187,3 +187,19 @@ def test_the_rule_is_plain_pytorch_and_short():
     lines = sum(len(inspect.getsource(f).splitlines()) for f in decision)
     assert 40 <= lines <= 100, lines
     assert len(inspect.getsource(precision.choose_precision).splitlines()) <= 25  # one notebook cell
+
+
+def test_the_preflight_report_prints_the_rules_advice_and_measures_nothing(monkeypatch):
+    import helpers
+    from tools import preflight
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("the pre-flight report measured something")
+
+    monkeypatch.setattr(helpers.timing, "seconds_per_call", no_timing)
+    monkeypatch.setattr(helpers.timing, "compare", no_timing)
+    lines = preflight.machine_lines()
+    advice = choose_precision(describe_device(helpers.pick_device()))
+    assert lines[0].startswith("Machine: ") and "Advice by rule" in lines[1]
+    for line, (workload, a) in zip(lines[2:5], advice.items()):
+        assert line.strip().startswith(f"{workload}: {a.how}") and a.reason in line
