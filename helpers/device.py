@@ -15,8 +15,8 @@ from .precision import describe_device, native_dtypes
 
 
 def _import_cpp_extension_quietly() -> None:
-    """Import ``torch.utils.cpp_extension`` without torch 2.4's "No CUDA runtime" line (2.4.1 prints it
-    on a CPU machine when ``torch.utils.benchmark``, which helpers.measure imports, loads this module)."""
+    """Import ``torch.utils.cpp_extension`` without torch 2.4's "No CUDA runtime" line (2.4.1 prints
+    it on a CPU machine when ``torch.utils.benchmark``, which helpers.measure imports, loads it)."""
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     captured = io.StringIO()
     with contextlib.redirect_stderr(captured):

@@ -107,6 +107,23 @@ def fastest_seconds(fn, device: str | torch.device = "cpu", calls: int = 3,
     return min(timing.seconds_per_call(fn, repeat, sync) for _ in range(calls))
 
 
+def agreement(rule, dtype: torch.dtype, comparison) -> str:
+    """A batch-1 comparison (:class:`helpers.timing.Comparison`) against the rule's advice for
+    chat decoding (:class:`helpers.precision.Advice`), in words: agreement, or a finding and why."""
+    name = str(dtype).removeprefix("torch.")
+    if rule.how == "measure":
+        return ("the rule leaves batch-1 work to measurement here: this is one (08 §5 times a real "
+                "decoder)")
+    if rule.dtype != dtype:
+        return f"the rule advises {rule.how} {str(rule.dtype)[6:]} for decoding here, not {name}"
+    if comparison.verdict == "faster":
+        return f"agrees with the rule ({name} weights for decoding)"
+    if comparison.verdict == "slower":
+        return (f"disagrees with the rule ({name} weights for decoding): a finding; likely reason: "
+                "this 16-bit kernel streams its bytes slower than float32's")
+    return f"no clear difference: neither confirms nor contradicts the rule ({name} weights)"
+
+
 def plot_roofline(roofline: Roofline, ax=None):
     """Achieved GFLOP/s against FLOPs per byte, log-log: the measured roofs, and a marker per op."""
     import matplotlib.pyplot as plt

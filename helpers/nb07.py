@@ -1,11 +1,11 @@
-"""Notebook 07's scaffolding: made-up descriptions of the devices the rule covers, and its table (§1)."""
+"""Notebook 07's scaffolding: made-up descriptions of devices, and the rule's table of them (§1)."""
 from typing import Callable
 
 
 def cpu(*flags: str, arch: str = "x86_64", system: str = "Linux") -> dict:
     """A CPU as :func:`helpers.precision.describe_device` describes one, with these flags."""
-    return {"device": "cpu", "torch": "2.14.1", "arch": arch, "system": system, "flags": list(flags),
-            "flags from": "made up"}
+    return {"device": "cpu", "torch": "2.14.1", "arch": arch, "system": system,
+            "flags": list(flags), "flags from": "made up"}
 
 
 def cuda(name: str, capability: tuple[int, int], hip: str | None = None) -> dict:
@@ -49,13 +49,14 @@ SHORT = {"torch.float32": "", "torch.bfloat16": "bf16 ", "torch.float16": "fp16 
 
 
 def short(advice) -> str:
-    """An :class:`helpers.precision.Advice` in a table cell: "bf16 autocast", "float32", "measure"."""
+    """An :class:`helpers.precision.Advice` in a table cell: "bf16 autocast", "measure"."""
     return f"{SHORT[str(advice.dtype)]}{advice.how}".replace("16-bit weights", "weights")
 
 
 def advice_table(choose: Callable[[dict], dict], kinds: dict[str, dict] = KINDS) -> str:
     """One line per device kind: what ``choose`` (the rule) advises per workload."""
-    header = ["device (made-up description)", "training", "batched inference", "chat decoding"]
+    header = ["device (made-up description)", "training", "batched inference",
+              "chat decoding"]
     rows = [[name] + [short(a) for a in choose(d).values()] for name, d in kinds.items()]
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(4)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
