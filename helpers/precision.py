@@ -5,6 +5,7 @@ Plain PyTorch (torch and the standard library only), so it can be copied into a 
 description into advice per workload. Every function takes the description, so a test (or you)
 can pass a made-up one: ``choose_precision({"device": "cuda", "name": "Tesla T4", ...})``.
 """
+import os
 import platform
 import re
 import subprocess
@@ -25,8 +26,26 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:2])
 
 
+def _onednn_limit(flags: list[str], isa: str) -> list[str]:
+    """The flags oneDNN may still use under ``ONEDNN_MAX_CPU_ISA=isa`` (set to imitate a CPU)."""
+    allowed = {"avx512f": "AVX512" in isa or "AVX10" in isa, "avx_ne_convert": "VNNI_2" in isa,
+               "avx512_bf16": any(word in isa for word in ("BF16", "AMX", "AVX10")),
+               "avx512_fp16": "FP16" in isa or "AVX10" in isa, "amx_bf16": "AMX" in isa,
+               "amx_fp16": "AMX_FP16" in isa}
+    return [f for f in flags if isa == "ALL" or allowed.get(f, True)]
+
+
 def _cpu_flags() -> tuple[list[str] | None, str]:
     """The :data:`CPU_FLAGS` this CPU reports (None: unreadable), and where they were read."""
+    flags, source = _reported_cpu_flags()
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if flags is None or not isa:
+        return flags, source
+    return _onednn_limit(flags, isa), f"{source}, limited by ONEDNN_MAX_CPU_ISA={isa}"
+
+
+def _reported_cpu_flags() -> tuple[list[str] | None, str]:
+    """What the CPU reports, before any oneDNN limit."""
     if hasattr(torch.cpu, "get_capabilities"):  # torch 2.14.1 has it, 2.4.1 lacks it
         capabilities = dict(torch.cpu.get_capabilities())
         capabilities["avx512f"] = capabilities.get("avx512_f", False)
