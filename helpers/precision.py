@@ -82,8 +82,9 @@ def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
     """The 16-bit dtypes the described device computes natively and autocast can use there
     (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts)."""
     if d["device"] == "cuda" and not d.get("hip"):
-        tensor_cores = d["capability"] >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"])
-        bf16 = (torch.bfloat16,) * (d["capability"] >= (8, 0))
+        capability = tuple(d["capability"])  # (7, 5), or [7, 5] from JSON
+        tensor_cores = capability >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"])
+        bf16 = (torch.bfloat16,) * (capability >= (8, 0))
         return bf16 + (torch.float16,) * tensor_cores
     if d["device"] == "mps":  # MPS autocast: fp16 from torch 2.5; bf16 from 2.6, on macOS 14+
         bf16 = version_tuple(d["torch"]) >= (2, 6) and version_tuple(d["macos"]) >= (14,)
@@ -132,10 +133,10 @@ def why_float32(d: dict) -> str:
     if d["device"] == "cpu":
         return ("no native 16-bit arithmetic: 16-bit matmuls run by conversion through float32 "
                 "(oneDNN's bf16 path too), slower where compute-bound (00 §2)")
-    if d["capability"] == (6, 0):
+    if tuple(d["capability"]) == (6, 0):
         return ("fp16 at 2x float32 only with fp16 accumulation; PyTorch's fp16 GEMMs "
                 "accumulate in float32")
-    if d["capability"] == (6, 1):
+    if tuple(d["capability"]) == (6, 1):
         return "fp16 runs at 1/64 of float32's rate"
     return "no tensor cores (datasheet)"
 

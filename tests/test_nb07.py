@@ -251,3 +251,13 @@ def test_section_3_types_its_op_finder_as_a_dispatch_mode():
     code = _notebook_code("07")
     assert "class FirstNonFinite(TorchDispatchMode):" in code and "def __torch_dispatch__(" in code
     assert "first_nonfinite_op" not in code
+
+
+def test_stop_7_ends_section_6_with_its_recap():
+    from tools.course_stats import notebook_path
+
+    sources = ["".join(c["source"]) for c in json.loads(Path(notebook_path("07")).read_text())["cells"]]
+    start = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
+    end = next(i for i, s in enumerate(sources) if s.startswith("## Summary"))
+    recap = sources[end - 1]
+    assert start < end - 1 and recap.startswith("**Recap of this stop.**") and len(recap.split()) <= 80

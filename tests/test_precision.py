@@ -216,3 +216,13 @@ def test_an_imitation_by_onednn_max_cpu_isa_is_described_as_the_cpu_it_imitates(
     assert d["flags"] == flags and f"ONEDNN_MAX_CPU_ISA={isa.upper()}" in d["flags from"]
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert describe_device()["flags"] == ["avx512f", "avx512_bf16", "amx_bf16"]
+
+
+def test_a_description_read_from_json_works_too():
+    """A capability given as a JSON list ([7, 5]) decides like the tuple torch returns."""
+    import json
+
+    for name, capability in (("Tesla T4", (7, 5)), ("Tesla P100-PCIE-16GB", (6, 0)), ("NVIDIA H100", (9, 0))):
+        made_up = json.loads(json.dumps(cuda(name, capability)))
+        assert made_up["capability"] == list(capability)
+        assert choose_precision(made_up) == choose_precision(cuda(name, capability))
