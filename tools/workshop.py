@@ -109,14 +109,14 @@ def fit(calibration=CALIBRATION) -> tuple[float, float, float]:
 
 
 def fit_lines(calibration=CALIBRATION) -> list[str]:
-    switch, output, _ = fit(calibration)
+    switch, output, largest = fit(calibration)
     lines = ["| stop (issue 35) | reading min | output cells | instructor min | model min | error |",
              "|---|---|---|---|---|---|"]
     for name, reading, outputs, estimate in calibration:
         model = reading + SWITCH_MINUTES + OUTPUT_MINUTES * outputs
         lines.append(f"| {name} | {reading:.1f} | {outputs} | {estimate} | {model:.1f} | {model - estimate:+.1f} |")
     lines.append(f"\nLeast squares: {switch:.2f} min per stop, {output:.3f} min per output cell "
-                 f"(the model uses {SWITCH_MINUTES} and {OUTPUT_MINUTES}); largest error {fit(calibration)[2]:.1f} min.")
+                 f"(the model uses {SWITCH_MINUTES} and {OUTPUT_MINUTES}); largest error {largest:.1f} min.")
     return lines
 
 
@@ -244,7 +244,8 @@ def route_markdown(route: tuple[RouteStop, ...] = ROUTE) -> str:
             if stop.script:
                 parts += f", [{Path(stop.script).name}]({stop.script})"
             rows.append(f"| {number} | {link} | intro, {parts} | {stop.focus} | "
-                        f"{rounded_minutes(end - start, 1)} | {rounded_minutes(end, 1)} | {clock(start)}-{clock(end)} |")
+                        f"{rounded_minutes(end - start, 1)} | {rounded_minutes(end, 1)} | "
+                        f"{clock(start)}-{clock(end)} |")
         else:
             rows.append(f"| | | | {label} | {rounded_minutes(end - start, 1)} | {rounded_minutes(end, 1)} | "
                         f"{clock(start)}-{clock(end)} |")
