@@ -125,6 +125,37 @@ def test_the_script_is_read_without_its_verbatim_copy_and_docstring(tmp_path, mo
     assert workshop.script_lines("s.py") == 2 and workshop.script_words("s.py") == 2
 
 
+def test_no_route_section_names_a_term_that_only_a_skipped_section_defines():
+    """Fresh-kernel runs check a stop's code; this checks its prose against data/route_terms.json."""
+    assert workshop.prose_leaks() == []
+
+
+def test_every_listed_term_occurs_in_the_section_that_defines_it():
+    terms = json.loads(workshop.TERMS_FILE.read_text())
+    for prefix, sections in ((p, s) for p, s in terms.items() if not p.startswith("_")):
+        labelled = course_stats._labelled_cells(workshop.notebook_path(prefix))
+        for section, listed in sections.items():
+            text = "\n".join(course_stats._source(cell) for label, cell in labelled if label == section)
+            missing = [t for t in listed if not workshop.term_pattern(t).search(text)]
+            assert not missing, f"{prefix} §{section} no longer has {missing}: update data/route_terms.json"
+
+
+def test_prose_leaks_finds_a_skipped_sections_term_unless_defined_or_cited_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_stats, "NOTEBOOK_DIR", tmp_path)
+    _notebook(tmp_path / "42_made_up.ipynb", [
+        ("markdown", "# 42 · made up: the widget and the gizmo"), ("markdown", "## 1. One"),
+        ("markdown", "The *sprocket* turns. Unlike the widget (§2), the gizmo ([43 §1](43_other.ipynb)) waits."),
+        ("markdown", "## 2. Two"), ("markdown", "The widget spins."), ("markdown", "[next](43.ipynb)")])
+    _notebook(tmp_path / "43_other.ipynb", [
+        ("markdown", "# 43"), ("markdown", "## 1. One"), ("markdown", "The gizmo; the sprocket; the doohickey."),
+        ("markdown", "[end](44.ipynb)")])
+    terms = tmp_path / "terms.json"
+    terms.write_text(json.dumps({"42": {"2": ["widget"]}, "43": {"1": ["gizmo", "sprocket", "doohickey"]}}))
+    route = (workshop.RouteStop("42", ("1",), "one"),)
+    assert workshop.prose_leaks(route, terms) == ["42 §1 names 'widget' (defined in 42 §2, not on the route)"]
+    assert workshop.prose_leaks((workshop.RouteStop("42", ("1", "2"), "both"),), terms) == []
+
+
 ROUTE_RUNS = os.environ.get("AMP_COURSE_ROUTE") == "1"
 
 

@@ -1,6 +1,7 @@
 """The 3-hour workshop: its route, its class-time model, its clock and cut list, and a run of each stop.
 
-    python -m tools.workshop                  # the route table (the README's), the clock and the cut list
+    python -m tools.workshop                  # the route table (the README's), the clock, the cut list and
+                                              # the route's prose that names a skipped section's terms
     python -m tools.workshop --write-readme   # regenerate the README's route block and self-study line
     python -m tools.workshop --run            # execute every stop as listed, each in a fresh kernel
     python -m tools.workshop --run 02         # one stop
@@ -25,6 +26,7 @@ wrap-up and the breaks come on top; the planned whole must stay within :data:`PL
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import time
@@ -289,6 +291,64 @@ def write_readme(path: Path = README) -> None:
     path.write_text(text)
 
 
+TERMS_FILE = ROOT / "data" / "route_terms.json"
+
+
+def term_pattern(term: str) -> re.Pattern:
+    """A term as a whole word (a plural too), any case."""
+    return re.compile(rf"(?<![\w-]){re.escape(term)}(?:s|es)?(?![\w-])", re.IGNORECASE)
+
+
+def section_markdown(prefix: str, part: str) -> list[str]:
+    return [_source(cell) for label, cell in _labelled_cells(notebook_path(prefix))
+            if label == part and cell["cell_type"] == "markdown"]
+
+
+def emphasised(term: str, text: str) -> bool:
+    """True when ``text`` defines ``term`` by emphasis: *term* or **term**."""
+    return re.search(rf"(?<!\w)\*{{1,2}}{re.escape(term)}\*{{1,2}}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def cites_notebook(text: str, prefix: str) -> bool:
+    """True when ``text`` points to notebook ``prefix`` ("03 §2", "notebook 03", a link to 03_...ipynb)."""
+    return re.search(rf"\b{prefix}_\w+\.ipynb|\b{prefix} §|[Nn]otebook {prefix}\b", text) is not None
+
+
+def prose_leaks(route: tuple[RouteStop, ...] = ROUTE, terms_file: Path = TERMS_FILE) -> list[str]:
+    """Each term a route section's prose names that only skipped sections define (data/route_terms.json).
+
+    A term is defined for a stop when a route section of that stop or an earlier one lists it or emphasises it.
+    A route section may name a term of another notebook when the same cell points to that notebook (where to
+    read it); a term of a skipped section of its own notebook it may not name. Intros are not checked: they list
+    the whole notebook's goals.
+    """
+    terms = {prefix: sections for prefix, sections in json.loads(terms_file.read_text()).items()
+             if not prefix.startswith("_")}
+    on_route = {(stop.notebook, part) for stop in route for part in stop.parts}
+    defined: set[str] = set()
+    leaks = []
+    for stop in route:
+        for part in stop.parts:
+            defined |= {t.lower() for t in terms.get(stop.notebook, {}).get(part, [])}
+            text = "\n".join(section_markdown(stop.notebook, part))
+            defined |= {t.lower() for sections in terms.values() for listed in sections.values() for t in listed
+                        if emphasised(t, text)}
+        for part in stop.parts:
+            for text in section_markdown(stop.notebook, part):
+                for prefix, sections in terms.items():
+                    for section, listed in sections.items():
+                        if (prefix, section) in on_route:
+                            continue
+                        for term in listed:
+                            if term.lower() in defined or not term_pattern(term).search(text):
+                                continue
+                            if prefix != stop.notebook and cites_notebook(text, prefix):
+                                continue
+                            leaks.append(f"{stop.notebook} §{part} names '{term}' (defined in {prefix} §{section}, "
+                                         "not on the route)")
+    return sorted(set(leaks))
+
+
 def run_stop(prefix: str, parts: tuple[str, ...], timeout: int = 300, cut: str | None = None) -> list[str]:
     """Execute one stop (without its ``cut`` part) from a fresh kernel; return the unexpected errors (cells
     tagged ``raises-exception`` may raise) and stderr outputs."""
@@ -318,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         print(readme_block())
         print("\nCut list (drop in this order when late):\n" + "\n".join(cut_lines()))
         print(f"\nNext steps: {NEXT_STEPS}.")
+        leaks = prose_leaks()
+        print("\nRoute prose that leans on skipped sections:" + "".join(f"\n  {leak}" for leak in leaks)
+              if leaks else "\nNo route section names a term that only a skipped section defines.")
         return 0
     strict = "--strict" in args
     wanted = {arg for arg in args if not arg.startswith("--")}
