@@ -149,26 +149,22 @@ def test_exercise_07_1_judges_the_repaired_class_and_names_what_fails():
         assert exercises.grade("07.1", right) is True
 
 
-def _recipe_cell() -> str:
+def test_section_6_links_and_runs_the_take_home_recipe_file():
+    """07 §6 walks through notebooks/take_home_recipe.py (tested on its own in tests/test_take_home_recipe.py)
+    and runs it in one cell; the old in-notebook recipe, which imported helpers, is gone."""
     from tools.course_stats import notebook_path
 
     cells = json.loads(Path(notebook_path("07")).read_text())["cells"]
-    return next("".join(c["source"]) for c in cells
-                if c["cell_type"] == "code" and "scaler.state_dict()" in "".join(c["source"]))
-
-
-@pytest.mark.parametrize("amp_dtype", [torch.bfloat16, torch.float16])
-def test_the_take_home_recipe_runs_with_either_16_bit_dtype(amp_dtype, monkeypatch, capsys):
-    """The recipe cell of notebook 07, as a learner copies it: with bf16 the scaler is off (no
-    state), with fp16 on (its scale and growth counter in the checkpoint)."""
-    monkeypatch.setattr(helpers, "autocast_dtype", lambda device=None: amp_dtype)
-    namespace = {"torch": torch, "F": torch.nn.functional, "nn": nn, "helpers": helpers,
-                 "device": torch.device("cpu")}
-    exec(_recipe_cell(), namespace)
-    scaler_state = namespace["checkpoint"]["scaler"]
-    assert namespace["scaler"].is_enabled() is (amp_dtype == torch.float16)
-    assert (scaler_state["_growth_tracker"] > 0) if amp_dtype == torch.float16 else scaler_state == {}
-    assert not namespace["net"].training and str(amp_dtype)[6:] in capsys.readouterr().out
+    sources = ["".join(c["source"]) for c in cells]
+    start = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
+    end = next(i for i, s in enumerate(sources) if s.startswith("## Summary"))
+    section = sources[start:end]
+    assert "[`take_home_recipe.py`](take_home_recipe.py)" in section[0]
+    code = [s for c, s in zip(cells[start:end], section) if c["cell_type"] == "code"]
+    assert code == ["%run take_home_recipe.py"]
+    assert (Path(notebook_path("07")).parent / "take_home_recipe.py").exists()
+    outputs = "".join("".join(o.get("text", "")) for c in cells[start:end] for o in c.get("outputs", []))
+    assert "training" in outputs and "Checkpoint restored" in outputs  # committed executed
 
 
 def test_the_checks_leave_the_learners_random_state_alone():
@@ -229,7 +225,8 @@ def _notebook_code(key: str) -> str:
     from tools.course_stats import notebook_path
 
     cells = json.loads(Path(notebook_path(key)).read_text())["cells"]
-    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    return "\n\n".join(text for text in code if not text.startswith("%"))  # IPython magics: not Python
 
 
 def test_notebook_07_holds_a_verbatim_copy_of_the_rule():
