@@ -182,13 +182,15 @@ def autocast_state(device_type: str = "cpu") -> AutocastState:
 def quiet_native_stderr() -> Iterator[None]:
     """Drop what C++ code writes to stderr (fd 2) in the block (profiler logs); notebook 00 A.2."""
     sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try:
         yield
     finally:
         os.dup2(saved, 2)
-        os.close(saved), os.close(null)
+        os.close(saved)
+        os.close(null)
 
 
 def _cpuinfo(key: str) -> list[str]:
