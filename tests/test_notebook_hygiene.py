@@ -90,9 +90,6 @@ def test_navigation_links(index):
             assert link in text, f"{path.name}: the {where} cell needs a link {link}"
 
 
-HELPERS = sorted((NOTEBOOK_DIR.parent / "helpers").rglob("*.py"))
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_code_cells_are_short_and_lines_fit(path):
     """A code cell a learner reads in one screen (at most 25 lines), lines of at most 100 characters."""
@@ -102,16 +99,3 @@ def test_code_cells_are_short_and_lines_fit(path):
             assert len(lines) <= 25, f"{path.name} cell {i}: {len(lines)} lines (at most 25)"
             long = [line for line in lines if len(line) > 100]
             assert not long, f"{path.name} cell {i}: a line over 100 characters: {long[0]!r}"
-
-
-def test_helpers_modules_are_small_and_lines_fit():
-    """The learner's package stays small: no module over 300 lines, no line over 100 characters, and the package
-    (without the exercise solutions) within 3,500 lines."""
-    total = 0
-    for path in HELPERS:
-        lines = path.read_text().splitlines()
-        assert not [line for line in lines if len(line) > 100], f"{path.name}: a line over 100 characters"
-        if "solutions" not in path.parts:
-            assert len(lines) <= 300, f"{path.name}: {len(lines)} lines (at most 300)"
-            total += len(lines)
-    assert total <= 3500, f"helpers/ (without solutions) has {total} lines (at most 3,500)"
