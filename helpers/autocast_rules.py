@@ -3,9 +3,9 @@ tensors); notebook 03 §3 and A.3, used in 01 and 08. The simulation rests on pr
 :func:`cuda_simulation_available`; :func:`autocast_rule_devices` gives ``None`` where they lack."""
 
 import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -218,7 +218,7 @@ def cuda_simulation_available() -> tuple[bool, str]:
         got = (hidden.device.type, hidden.dtype, probabilities.dtype)
         if got != ("cuda", torch.float16, torch.float32):
             return False, (f"the simulation gave {got}, not CUDA's float16 on cuda and float32")
-    except Exception as error:  # noqa: BLE001 - any failure means: skip the simulated CUDA parts
+    except Exception as error:  # any failure means: skip the simulated CUDA parts
         return False, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     return True, ""
 
@@ -227,7 +227,7 @@ def autocast_rule_devices(op: str) -> list[str] | None:
     """Devices ("CPU", "CUDA") with an autocast kernel for ATen ``op``; None: private API failed."""
     try:
         dump = torch._C._dispatch_dump(f"aten::{op}")
-    except Exception:  # noqa: BLE001 - private API: absent, renamed, or changed
+    except Exception:  # private API: absent, renamed, or changed
         return None
     if not isinstance(dump, str):
         return None

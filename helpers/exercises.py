@@ -44,7 +44,7 @@ def _mismatch(answer: Any, expected: Any, rel_tol: float) -> str | None:
     if hasattr(expected, "why_not"):  # a judge: runs the learner's code
         try:
             return expected.why_not(answer)
-        except Exception as error:  # noqa: BLE001 - the learner's code failed: say how, never raise
+        except Exception as error:  # the learner's code failed: say how, never raise
             first = (str(error).splitlines() or [""])[0]
             return f"running your code raised {type(error).__name__}: {first}"
     number = isinstance(answer, (int, float)) and not isinstance(answer, bool)

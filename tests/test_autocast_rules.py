@@ -8,9 +8,17 @@ from torch import nn
 from torch.nn import functional as F
 
 import helpers
-from helpers.autocast_rules import (OPS, SimulationUnavailable, autocast_rule_devices,
-                                    cuda_autocast_error, cuda_rules_available, cuda_simulation_available,
-                                    op_dtype_table, op_dtypes, simulated_cuda_autocast)
+from helpers.autocast_rules import (
+    OPS,
+    SimulationUnavailable,
+    autocast_rule_devices,
+    cuda_autocast_error,
+    cuda_rules_available,
+    cuda_simulation_available,
+    op_dtype_table,
+    op_dtypes,
+    simulated_cuda_autocast,
+)
 from helpers.device import autocast_state
 from helpers.dtype_trace import record_ops
 
