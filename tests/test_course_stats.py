@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import cells, source
 from tools import course_stats as cs
 
 NOTEBOOKS = sorted(cs.NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -38,7 +39,7 @@ def test_appendix_is_split_from_the_core(tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stated_time_estimate_is_the_measured_one(path):
     """The first cell states the estimate computed from the notebook itself (python -m tools.course_stats)."""
-    first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    first = source(cells(path)[0])
     expected = cs.time_estimate_text(cs.notebook_stats(path))
     stated = re.search(r"\*\*Time estimate:\*\* ([^.(\n]*)", first)
     assert stated and stated.group(1).strip() == expected, (
@@ -115,9 +116,9 @@ def test_suite_times_groups_junit_cases_by_notebook(tmp_path):
 
 def _prose_cells(path):
     """(words, is_table) of each markdown cell, words counted as tools.course_stats counts them."""
-    for cell in json.loads(path.read_text())["cells"]:
+    for cell in cells(path):
         if cell["cell_type"] == "markdown":
-            text = "".join(cell["source"])
+            text = source(cell)
             lines = [line for line in text.splitlines() if line.strip()]
             table = sum(line.lstrip().startswith("|") for line in lines) > len(lines) / 2
             yield len(re.findall(r"[A-Za-z0-9][\w'’-]*", text)), table
