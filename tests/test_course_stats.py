@@ -67,8 +67,49 @@ def test_readme_suite_times_are_the_recorded_ones():
     from tools import suite_times
 
     text = RESULTS.read_text()
-    assert suite_times.readme_table() in text and suite_times.readme_speed_table() in text, (
-        "regenerate them: python -m tools.suite_times --readme")
+    assert suite_times.readme_table() in text, "regenerate it: python -m tools.suite_times --readme"
+
+
+# Notebooks the recorded suite times do not name yet: the integrator records them with `python -m tools.suite_times`
+# after the final re-execution (then `--readme` into docs/results.md) and deletes their prefix here. A prefix listed
+# here whose notebook is recorded fails (strict xfail), so the list cannot go stale.
+AWAITING_THE_FINAL_RUN = ("09", "10")
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="awaiting the final suite_times run"))
+    if p.name[:2] in AWAITING_THE_FINAL_RUN else p for p in NOTEBOOKS], ids=lambda p: p.name)
+def test_recorded_suite_times_name_every_notebook(path):
+    """Every notebook has its time in each recorded run (data/suite_times/) and a row in docs/results.md."""
+    from tools import suite_times
+
+    records = sorted(suite_times.TIMES_DIR.glob("suite_*.json"))
+    assert records, "no recorded suite times: run python -m tools.suite_times"
+    for record in records:
+        assert path.name in json.loads(record.read_text())["groups"], f"{record.name} lacks {path.name}"
+    assert f"| {path.name} |" in RESULTS.read_text(), f"docs/results.md has no row for {path.name}"
+
+
+def test_recorded_suite_times_name_only_notebooks_that_exist():
+    from tools import suite_times
+
+    names = {p.name for p in NOTEBOOKS} | {"unit tests"}
+    for record in sorted(suite_times.TIMES_DIR.glob("suite_*.json")):
+        stale = set(json.loads(record.read_text())["groups"]) - names
+        assert not stale, f"{record.name} names notebooks that no longer exist: {sorted(stale)}"
+
+
+def test_suite_times_labels_the_cpu_from_its_flags_and_kernel_limits():
+    from tools.suite_times import cpu_class
+
+    zen4 = {"avx2", "avx512f", "avx512_bf16"}
+    assert cpu_class(zen4, {}) == "native bf16"
+    assert cpu_class({"avx2", "amx_bf16"}, {}) == "native bf16"
+    assert cpu_class({"avx2", "avx512f"}, {}) == "emulated bf16"  # AVX-512 without bf16 (Skylake-X, Ice Lake)
+    assert cpu_class(zen4, {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}) == "emulated bf16"
+    assert cpu_class(zen4, {"ONEDNN_MAX_CPU_ISA": "avx2"}) == "emulated bf16"
+    assert cpu_class(zen4, {"ONEDNN_MAX_CPU_ISA": "ALL"}) == "native bf16"
+    assert cpu_class(set(), {}) == "emulated bf16"
 
 
 def test_suite_times_leaves_out_only_the_readme_comparison_when_it_measures():
@@ -81,9 +122,9 @@ def test_suite_times_leaves_out_only_the_readme_comparison_when_it_measures():
 def test_suite_times_reference_work_takes_a_measurable_time(capsys):
     from tools import suite_times
 
-    assert 0.001 < suite_times.reference_seconds() < 60
     assert suite_times.main(["--reference"]) == 0
-    assert re.fullmatch(r"reference work: \d+\.\d\d s on this machine now\n", capsys.readouterr().out)
+    printed = re.fullmatch(r"reference work: (\d+\.\d\d) s on this machine now\n", capsys.readouterr().out)
+    assert printed and 0.001 < float(printed.group(1)) < 60
 
 
 def test_suite_times_table_shows_each_run_and_its_reference_time(tmp_path):
