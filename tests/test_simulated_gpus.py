@@ -19,8 +19,9 @@ import torch
 import torch.distributed as dist
 
 import helpers
+from helpers import bench, ddp_train, measure, peaks
+from helpers import nb07 as guide
 from tools import bench as recorder
-from helpers import bench, ddp_train, device as device_mod, measure, nb07 as guide, peaks
 
 NATIVE_BF16 = (8, 0)  # Ampere: bf16 (and TF32) tensor cores from here on
 
@@ -180,55 +181,6 @@ def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
     assert helpers.device.tensor_cores() is True and guide.hardware_class("cuda") == "cuda-fp16"
     fake_cuda(Gpu("Quadro RTX 4000", (7, 5), None))  # TU104: tensor cores, a T in no model number
     assert helpers.device.tensor_cores() is True
-
-
-def gpu_profile(bf16: float, fp16: float = 3.0, decoding: float = 1.9) -> dict:
-    """Batched forward and training step ``bf16`` / ``fp16`` x float32, decoding ``decoding`` x."""
-    speeds = [helpers.DtypeSpeed("float32", 1.0, 1.0, "the baseline", 1.0, 1.0, 1.0, 1.0, 1e12, 1e13,
-                                 20000.0, 100.0)]
-    for name, ratio in (("bfloat16", bf16), ("float16", fp16)):
-        speeds.append(helpers.DtypeSpeed(name, ratio, 1.9, "", 1.9, ratio, decoding, ratio, 1e12,
-                                         1e13 * ratio, 20000.0 * ratio, 100.0 * decoding))
-    return helpers.speed.SpeedProfile(speeds, stamp="a simulated GPU", threads=1, measured_at="",
-                                      in_cache=False)
-
-
-@pytest.mark.parametrize("gpu", [GPUS[1], GPUS[-1]], ids=ids([GPUS[1], GPUS[-1]]))
-def test_speed_profile_and_workload_use_gpu_sizes(fake_cuda, monkeypatch, gpu):
-    fake_cuda(gpu)
-    seen = []
-
-    def fake_measure(device, sizes):
-        seen.append((device.type, sizes))
-        return list(gpu_profile(3.0 if gpu.native_bf16 else 0.2).values())  # bf16 without tensor cores
-
-    monkeypatch.setattr(helpers.speed, "_measure", fake_measure)
-    profile = helpers.speed_profile("cuda")
-    assert seen == [("cuda", helpers.speed.Sizes(4096, 1 << 26, 2048, 8, False, 1e12))]  # fills a GPU
-    assert helpers.speed.default_sizes("mps") == seen[0][1]  # MPS too: 256^2 is overhead there
-    assert profile["float16"].compute_is_fast and profile["bfloat16"].compute_is_fast is gpu.native_bf16
-    assert helpers.workload(torch.bfloat16, 100, 10, "cuda") == (100 if gpu.native_bf16 else 10)
-    assert profile.stamp.startswith(f"Outputs made on: {gpu.name} (sm_")
-
-
-@pytest.mark.parametrize("bf16", [0.2, 1.0, 3.0], ids=["bf16-slow", "bf16-near-fp32", "bf16-fast"])
-@pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
-def test_recommendation_agrees_with_autocast_dtype_on_every_gpu(fake_cuda, gpu, bf16):
-    """A V100 or T4 gets fp16 and a GradScaler even where its (tensor-core-less) bf16 measures near fp32;
-    its decoding candidates are native dtypes only (bf16 there is emulated)."""
-    fake_cuda(gpu)
-    r = helpers.speed.recommendation(gpu_profile(bf16, decoding=2.5), "cuda")
-    expected = helpers.autocast_dtype("cuda")
-    if expected == torch.bfloat16 and bf16 < helpers.speed.FAST_RATIO:
-        assert r.batched.startswith("float32")  # measured slow: no claim from the datasheet alone
-    else:
-        assert r.batched.startswith(f"torch.amp.autocast('cuda', dtype={expected})")
-        assert ("GradScaler('cuda')" in r.training) is helpers.needs_grad_scaler(expected)
-    assert ("bfloat16" in r.batched + r.training) is (expected == torch.bfloat16 and bf16 >= 0.9)
-    if not gpu.native_bf16:
-        assert "bfloat16" not in r.decoding  # a V100/T4 with a fast-looking bf16 still decodes in fp16
-        fast_bf16 = helpers.speed.recommendation(gpu_profile(3.0, fp16=2.0, decoding=2.5), "cuda")
-        assert fast_bf16.decoding.startswith("float16 weights")
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
