@@ -7,6 +7,7 @@
     python -m tools.workshop --run 02         # one stop
     python -m tools.workshop --run --strict   # also fail where a stop has no recap cell yet
     python -m tools.workshop --fit            # the class-time model's least-squares fit
+    python -m tools.workshop --machines       # the rule's advice per machine class (the instructor notes')
 
 **A stop** is one notebook's intro cells (everything before its first ``## `` section) and the parts the route
 lists (section numbers, "The recipe"), executed in that order from a fresh kernel. The last listed section ends
@@ -272,6 +273,21 @@ def cut_lines(route: tuple[RouteStop, ...] = ROUTE) -> list[str]:
     return lines
 
 
+def checkpoint_markdown(route: tuple[RouteStop, ...] = ROUTE) -> str:
+    """The timing checkpoints: the planned clock at each stop's start, the breaks, the wrap-up and the end."""
+    route_stops = stops(route)
+    rows = ["| Clock | Checkpoint |", "|---|---|"]
+    for label, start, _ in schedule(route_stops):
+        if label.startswith("stop "):
+            stop = route_stops[int(label.split()[1]) - 1]
+            parts = ", ".join("§" + p if p[0].isdigit() else p for p in stop.parts)
+            label = f"{label} starts: notebook {stop.notebook[:2]}, {parts}"
+        rows.append(f"| {clock(start)} | {label} |")
+    rows.append(f"| {clock(total_minutes(route_stops))} | planned end |")
+    rows.append(f"| {clock(WORKSHOP_MINUTES)} | the room is booked until here |")
+    return "\n".join(rows)
+
+
 def readme_block(route: tuple[RouteStop, ...] = ROUTE) -> str:
     return route_markdown(route) + "\n\n" + total_line(route)
 
@@ -289,6 +305,53 @@ def write_readme(path: Path = README) -> None:
         raise ValueError("the README has no single route table to replace")
     text = re.sub(r"^\*\*Self-study route:\*\*.*$", lambda _: self_study_markdown(), text, flags=re.M)
     path.write_text(text)
+
+
+# The machine classes of a room, as the course's rule (helpers/precision.py) sees them: (class, examples, the
+# description the rule reads). The instructor notes' per-class table is generated from these by the rule itself.
+_CPU = {"device": "cpu", "torch": "2.14.1", "system": "Linux", "arch": "x86_64", "flags from": "/proc/cpuinfo"}
+MACHINE_CLASSES: tuple[tuple[str, str, dict], ...] = (
+    ("x86 CPU, AVX2 only", "most laptops; AMD Zen 1-3", {**_CPU, "flags": []}),
+    ("x86 CPU, AVX512 without BF16", "Intel Ice/Tiger Lake laptops, Skylake-X", {**_CPU, "flags": ["avx512f"]}),
+    ("x86 CPU, AVX-NE-CONVERT", "Intel Lunar Lake, Arrow Lake", {**_CPU, "flags": ["avx_ne_convert"]}),
+    ("x86 CPU, AVX512-BF16", "AMD Zen 4/5", {**_CPU, "flags": ["avx512f", "avx512_bf16"]}),
+    ("x86 CPU, AMX-BF16", "Intel Xeon Sapphire Rapids on", {**_CPU, "flags": ["avx512f", "avx512_bf16", "amx_bf16"]}),
+    ("Windows, flags unreadable", "a torch without `torch.cpu.get_capabilities()`",
+     {**_CPU, "system": "Windows", "flags": None, "flags from": "no torch.cpu.get_capabilities"}),
+    ("Arm Linux CPU with BF16", "AWS Graviton 3/4", {**_CPU, "arch": "aarch64", "flags": ["bf16"]}),
+    ("Apple silicon, CPU", "a Mac told to use the CPU",
+     {**_CPU, "system": "Darwin", "arch": "arm64", "flags": ["bf16"]}),
+    ("Apple GPU, torch 2.6+, macOS 14+", "M1-M4 Macs", {"device": "mps", "torch": "2.6.0", "macos": "14.5",
+                                                         "arch": "arm64"}),
+    ("Apple GPU, torch 2.5 or macOS 13", "M1-M4 Macs", {"device": "mps", "torch": "2.5.1", "macos": "14.5",
+                                                        "arch": "arm64"}),
+    ("Apple GPU, torch 2.4", "M1-M4 Macs", {"device": "mps", "torch": "2.4.1", "macos": "14.5", "arch": "arm64"}),
+    ("NVIDIA T4", "Colab's free GPU", {"device": "cuda", "name": "Tesla T4", "capability": (7, 5), "hip": None,
+                                        "torch": "2.14.1", "arch": "x86_64"}),
+    ("NVIDIA GTX 16xx, MX450/550", "gaming and thin laptops", {"device": "cuda", "name": "NVIDIA GeForce GTX 1650",
+                                                                "capability": (7, 5), "hip": None,
+                                                                "torch": "2.14.1", "arch": "x86_64"}),
+    ("NVIDIA L4, A100, H100, RTX 30xx on", "Colab's paid GPUs", {"device": "cuda", "name": "NVIDIA L4",
+                                                                  "capability": (8, 9), "hip": None,
+                                                                  "torch": "2.14.1", "arch": "x86_64"}),
+)
+
+
+def advice_text(advice) -> str:
+    dtype = str(advice.dtype).replace("torch.", "") if advice.dtype is not None else ""
+    return advice.how if advice.how in ("float32", "measure") else f"{advice.how}, {dtype}"
+
+
+def machine_classes_markdown() -> str:
+    """Per machine class, the rule's advice (helpers.precision.choose_precision on its description)."""
+    from helpers.precision import choose_precision
+
+    rows = ["| Machine class | e.g. | Training | Batched inference | Chat decoding |", "|---|---|---|---|---|"]
+    for name, examples, description in MACHINE_CLASSES:
+        advice = choose_precision(description)
+        rows.append(f"| {name} | {examples} | " + " | ".join(advice_text(advice[w]) for w in
+                                                           ("training", "batched inference", "chat decoding")) + " |")
+    return "\n".join(rows)
 
 
 TERMS_FILE = ROOT / "data" / "route_terms.json"
@@ -367,6 +430,9 @@ def run_stop(prefix: str, parts: tuple[str, ...], timeout: int = 300, cut: str |
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
+    if "--machines" in args:
+        print(machine_classes_markdown())
+        return 0
     if "--fit" in args:
         print("\n".join(fit_lines()))
         return 0
