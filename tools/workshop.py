@@ -2,9 +2,10 @@
 
     python -m tools.workshop                  # the route table (the README's), the clock, the cut list and
                                               # the route's prose that names a skipped section's terms
-    python -m tools.workshop --write-readme   # regenerate the README's route block and self-study line
+    python -m tools.workshop --write-readme   # regenerate the README's route block and self-study line, and the
+                                              # generated blocks of docs/instructors.md
     python -m tools.workshop --run            # execute every stop as listed, each in a fresh kernel
-    python -m tools.workshop --run 02         # one stop
+    python -m tools.workshop --run 03         # one stop
     python -m tools.workshop --run --strict   # also fail where a stop has no recap cell yet
     python -m tools.workshop --fit            # the class-time model's least-squares fit
     python -m tools.workshop --machines       # the rule's advice per machine class (the instructor notes')
@@ -17,9 +18,9 @@ on a markdown cell that starts with :data:`RECAP_MARK`, the stop's own recap; th
 **Class time** is not reading time. A class also presents, runs cells together, reads their outputs, takes
 questions and switches notebooks. A stop's class minutes are the self-study reading time of its cells
 (``tools.course_stats``: 200 words a minute, 10 s per code line, 7 min per exercise; a stop's script counts its
-lines the same way) plus :data:`SWITCH_MINUTES` per stop plus :data:`OUTPUT_MINUTES` per code cell that shows
-an output. The two terms are the least-squares fit (:func:`fit`) of an experienced instructor's per-stop
-estimates of the previous route (issue 35, :data:`CALIBRATION`) minus the reading time of the cells those stops
+lines the same way, all but its verbatim copy of the course's rule) plus :data:`SWITCH_MINUTES` per stop plus
+:data:`OUTPUT_MINUTES` per code cell that shows an output. The two terms are the least-squares fit (:func:`fit`)
+of an experienced instructor's per-stop estimates of the previous route (issue 35, :data:`CALIBRATION`) minus the reading time of the cells those stops
 ran (the notebooks at commit 1afd0eb); applied per section, the model prices any new route. Onboarding,
 wrap-up and the breaks come on top; the planned whole must stay within :data:`PLANNED_MINUTES`, leaving
 ``WORKSHOP_MINUTES - PLANNED_MINUTES`` for the overruns every room has.
@@ -412,6 +413,26 @@ def prose_leaks(route: tuple[RouteStop, ...] = ROUTE, terms_file: Path = TERMS_F
     return sorted(set(leaks))
 
 
+INSTRUCTORS = ROOT / "docs" / "instructors.md"
+
+
+def generated_blocks() -> dict[str, str]:
+    """The instructor notes' generated blocks, by name (between ``<!-- tools.workshop NAME -->`` and
+    ``<!-- /tools.workshop -->``)."""
+    return {"clock": checkpoint_markdown(), "cuts": "\n".join(cut_lines()), "fit": "\n".join(fit_lines()),
+            "machines": machine_classes_markdown()}
+
+
+def write_docs(path: Path = INSTRUCTORS) -> None:
+    text = path.read_text()
+    for name, block in generated_blocks().items():
+        pattern = re.compile(rf"(<!-- tools.workshop {name} -->\n).*?(\n<!-- /tools.workshop -->)", re.S)
+        text, count = pattern.subn(lambda match: match.group(1) + block + match.group(2), text)
+        if count != 1:
+            raise ValueError(f"{path.name} has no single generated block {name!r}")
+    path.write_text(text)
+
+
 def run_stop(prefix: str, parts: tuple[str, ...], timeout: int = 300, cut: str | None = None) -> list[str]:
     """Execute one stop (without its ``cut`` part) from a fresh kernel; return the unexpected errors (cells
     tagged ``raises-exception`` may raise) and stderr outputs."""
@@ -438,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if "--write-readme" in args:
         write_readme()
-        print(f"README.md: route and self-study line regenerated. {total_line()}")
+        write_docs()
+        print(f"README.md and docs/instructors.md: generated parts rewritten. {total_line()}")
         return 0
     if "--run" not in args:
         print(readme_block())
