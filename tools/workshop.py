@@ -22,8 +22,8 @@ lines the same way, all but its verbatim copy of the course's rule) plus :data:`
 :data:`OUTPUT_MINUTES` per code cell that shows an output. The two terms are the least-squares fit (:func:`fit`)
 of an experienced instructor's per-stop estimates of the previous route (issue 35, :data:`CALIBRATION`) minus
 the reading time of the cells those stops ran (the notebooks at commit 1afd0eb); applied per section, the model
-prices any new route. Onboarding, wrap-up and the breaks come on top; the planned whole must stay within :data:`PLANNED_MINUTES`, leaving
-``WORKSHOP_MINUTES - PLANNED_MINUTES`` for the overruns every room has.
+prices any new route. Onboarding, wrap-up and the breaks come on top; the planned whole must stay within
+:data:`PLANNED_MINUTES`, leaving ``WORKSHOP_MINUTES - PLANNED_MINUTES`` for the overruns every room has.
 """
 from __future__ import annotations
 
