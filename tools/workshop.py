@@ -89,7 +89,7 @@ ROUTE: tuple[RouteStop, ...] = (
 # cells are skipped but its recap cell, if it ends the stop, is still shown; each stop runs without its cut part
 # (tests/test_workshop.py runs the cut stops when AMP_COURSE_ROUTE=1).
 CUTS: tuple[tuple[str, str, str], ...] = (
-    ("03", "2", "say it: autocast changes the ops' dtypes (logits low; loss, weights and gradients float32)"),
+    ("03", "2", "say it: autocast changes the ops' dtypes (logits 16-bit; loss, weights, gradients float32)"),
     ("01", "2", "say it: the input must be cast to the model's dtype, read from the model"),
     ("00", "5", "say it: float16 overflows past 65504, bfloat16 has float32's range"),
     ("04", "4", "say it: a step whose gradients overflow is skipped and the scale halves"),
