@@ -1,15 +1,13 @@
-"""The take-home recipe: mixed-precision training and inference in plain PyTorch (no course code needed).
+r"""The take-home recipe: mixed-precision training and inference in plain PyTorch.
 
-Copy this file into your project, replace the toy data and model (``make_data``, ``make_model``) with yours and
-keep the order of the calls in ``train_one_epoch``. It decides the precision from what the device reports, with
-the course's rule (notebook 07 §1), prints the decision and why, trains, saves and restores a checkpoint (model,
-optimizer and GradScaler), and predicts in the chosen dtype.
+Replace ``make_data`` and ``make_model`` with yours; keep the order of the calls. The course's rule
+(notebook 07 §1) picks the precision from what the device reports.
 
-    python take_home_recipe.py        # this machine's decision, then one short epoch
-    python take_home_recipe.py --device-description '{"device": "cuda", "name": "Tesla T4", "capability": [7, 5]}'
+    python take_home_recipe.py
+    python take_home_recipe.py --device-description \
+        '{"device": "cuda", "name": "Tesla T4", "capability": [7, 5]}'
 
-A made-up description forces that device's recipe while the training runs here: how the course tests each
-branch on a CPU. In a notebook: ``%run take_home_recipe.py``.
+A made-up description forces that device's recipe here (how the tests run every branch on a CPU).
 """
 import argparse
 import copy
@@ -25,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-# ---- begin verbatim copy of helpers/precision.py, the course's rule (tests/test_take_home_recipe.py checks it)
+# ---- begin verbatim copy of the course's rule, helpers/precision.py (a test compares them)
 CPU_FLAGS = ("avx512f", "avx_ne_convert", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16",
              "bf16")  # the last: Arm's BF16
 NO_TENSOR_CORES = r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b"  # sm_75: TU116/TU117
@@ -177,17 +175,19 @@ def make_data(n: int = 512, features: int = 16, classes: int = 4, seed: int = 0)
 
 def make_model(features: int = 16, classes: int = 4) -> nn.Module:
     """Replace with your model. Its weights stay float32: autocast computes in 16 bits from them."""
-    return nn.Sequential(nn.Linear(features, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, classes))
+    hidden = nn.Linear(features, 64)
+    return nn.Sequential(hidden, nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, classes))
 
 
-def train_one_epoch(model, loader, optimizer, scaler, advice: Advice, device: torch.device) -> list[float]:
-    """The recipe: autocast around the forward pass and the loss only; the scaler around backward and step."""
+def train_one_epoch(model, loader, optimizer, scaler, advice: Advice, device) -> list[float]:
+    """The recipe: autocast around forward and loss only; the scaler around backward and step."""
     model.train()
     losses = []
     for inputs, labels in loader:
         inputs, labels = inputs.to(device), labels.to(device)
         optimizer.zero_grad(set_to_none=True)
-        with torch.amp.autocast(device.type, dtype=advice.dtype, enabled=advice.how.startswith("autocast")):
+        use_autocast = advice.how.startswith("autocast")
+        with torch.amp.autocast(device.type, dtype=advice.dtype, enabled=use_autocast):
             loss = nn.functional.cross_entropy(model(inputs), labels)
         scaler.scale(loss).backward()  # outside autocast; a disabled scaler passes the loss through
         scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them
@@ -204,7 +204,7 @@ def save_checkpoint(path: Path, model, optimizer, scaler) -> None:
 
 
 def load_checkpoint(path: Path, model, optimizer, scaler, device: torch.device) -> None:
-    checkpoint = torch.load(path, map_location=device, weights_only=True)  # tensors only: runs no code
+    checkpoint = torch.load(path, map_location=device, weights_only=True)  # runs no code
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     scaler.load_state_dict(checkpoint["scaler"])
@@ -223,49 +223,49 @@ def predict(model, inputs: torch.Tensor, advice: Advice, device: torch.device) -
 
 
 def read_description(text: str | None, device: torch.device) -> dict:
-    """This device's description, or a made-up one (JSON) completed by this machine's CPU description."""
+    """This device's description, or a made-up one (JSON) completed by this CPU's."""
     if text is None:
         return describe_device(device)
     made_up = json.loads(text)
     made_up["capability"] = tuple(made_up.get("capability", ()))  # JSON has no tuples
-    return {**describe_device("cpu"), "hip": None, "flags from": "a made-up description", **made_up}
+    return {**describe_device("cpu"), "flags from": "a made-up description", **made_up}
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="Mixed-precision training and inference, by rule.")
-    parser.add_argument("--device-description", help="JSON: force the recipe of this made-up device")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--device-description", help="JSON: force this made-up device's recipe")
     args = parser.parse_args(argv)
     device = pick_device()
     advice = choose_precision(read_description(args.device_description, device))
-    print(f"Running on {device.type}" + (", with a made-up device's recipe" if args.device_description else ""))
+    made_up = ", with a made-up device's recipe" if args.device_description else ""
+    print(f"Running on {device.type}{made_up}")
     for workload, item in advice.items():
-        print(f"  {workload + ':':<18} {item.how} ({item.dtype or 'float32 until you measure'}) - {item.reason}")
-    training, inference = advice["training"], advice["batched inference"]  # "measure" runs float32 here
+        dtype = item.dtype or "float32 until you measure"
+        print(f"  {workload + ':':<18} {item.how} ({dtype}) - {item.reason}")
+    training, inference = advice["training"], advice["batched inference"]  # "measure": float32
 
     torch.manual_seed(0)
     model = make_model().to(device)  # float32 master weights
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-2)
     scaler = torch.amp.GradScaler(device.type, enabled=training.how == "autocast + GradScaler")
-    loader = DataLoader(make_data(), batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
-    losses = []
-    for _ in range(args.epochs):
-        losses += train_one_epoch(model, loader, optimizer, scaler, training, device)
+    loader = DataLoader(make_data(), 64, shuffle=True, generator=torch.Generator().manual_seed(0))
+    losses = train_one_epoch(model, loader, optimizer, scaler, training, device)
     print(f"Trained {len(losses)} steps ({training.how}): loss {losses[0]:.2f} -> {losses[-1]:.2f}")
 
     restored = make_model().to(device)
+    restored_optimizer = torch.optim.AdamW(restored.parameters())
     restored_scaler = torch.amp.GradScaler(device.type, enabled=scaler.is_enabled())
     with tempfile.TemporaryDirectory() as folder:
-        save_checkpoint(Path(folder) / "checkpoint.pt", model, optimizer, scaler)
-        load_checkpoint(Path(folder) / "checkpoint.pt", restored, torch.optim.AdamW(restored.parameters()),
-                        restored_scaler, device)
+        path = Path(folder) / "checkpoint.pt"
+        save_checkpoint(path, model, optimizer, scaler)
+        load_checkpoint(path, restored, restored_optimizer, restored_scaler, device)
     print(f"Checkpoint restored; GradScaler state: {restored_scaler.state_dict() or 'none (off)'}")
 
     test_inputs, test_labels = make_data(n=256, seed=1).tensors
     logits = predict(restored, test_inputs, inference, device)
     accuracy = (logits.argmax(dim=1).cpu() == test_labels).float().mean().item()
     print(f"Inference ({inference.how}): {logits.dtype} logits, held-out accuracy {accuracy:.2f}")
-    return {"advice": advice, "model": restored, "scaler": restored_scaler, "losses": losses, "logits": logits}
+    return dict(advice=advice, model=restored, scaler=restored_scaler, losses=losses, logits=logits)
 
 
 if __name__ == "__main__":

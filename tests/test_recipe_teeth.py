@@ -362,7 +362,7 @@ TAKE_HOME_MUTANTS = {
     "optimizer.step() instead of scaler.step()": ("scaler.step(optimizer)", "optimizer.step()"),
     "scaler.update() dropped": ("        scaler.update()\n", ""),
     "zero_grad dropped": ("        optimizer.zero_grad(set_to_none=True)\n", ""),
-    "autocast never enabled": ('enabled=advice.how.startswith("autocast")', "enabled=False"),
+    "autocast never enabled": ('use_autocast = advice.how.startswith("autocast")', "use_autocast = False"),
     "model.train() dropped": ("    model.train()\n", ""),
     "scaler state not restored": ('    scaler.load_state_dict(checkpoint["scaler"])\n', ""),
     "scaler not saved": ('"scaler": scaler.state_dict()', '"scaler": {}'),

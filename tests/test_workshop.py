@@ -156,6 +156,27 @@ def test_prose_leaks_finds_a_skipped_sections_term_unless_defined_or_cited_elsew
     assert workshop.prose_leaks((workshop.RouteStop("42", ("1", "2"), "both"),), terms) == []
 
 
+def test_the_instructor_notes_carry_the_generated_clock_cut_list_fit_and_machine_table(tmp_path):
+    text = workshop.INSTRUCTORS.read_text()
+    for name, block in workshop.generated_blocks().items():
+        assert f"<!-- tools.workshop {name} -->\n{block}\n<!-- /tools.workshop -->" in text, \
+            f"docs/instructors.md: regenerate the {name} (python -m tools.workshop --write-readme)"
+    copy = tmp_path / "instructors.md"
+    copy.write_text(text.replace("| 0:15 |", "| 0:16 |"))
+    workshop.write_docs(copy)
+    assert copy.read_text() == text
+
+
+def test_the_machine_table_follows_the_rule():
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in
+             workshop.machine_classes_markdown().splitlines()[2:]]
+    rows = {row[0]: row[2:5] for row in cells}
+    assert rows["x86 CPU, AVX2 only"] == ["float32", "float32", "measure"]
+    assert rows["x86 CPU, AVX512-BF16"][0] == "autocast, bfloat16"
+    assert rows["NVIDIA T4"][0] == "autocast + GradScaler, float16"
+    assert rows["Windows, flags unreadable"] == ["measure"] * 3
+
+
 ROUTE_RUNS = os.environ.get("AMP_COURSE_ROUTE") == "1"
 
 

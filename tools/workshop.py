@@ -2,11 +2,13 @@
 
     python -m tools.workshop                  # the route table (the README's), the clock, the cut list and
                                               # the route's prose that names a skipped section's terms
-    python -m tools.workshop --write-readme   # regenerate the README's route block and self-study line
+    python -m tools.workshop --write-readme   # regenerate the README's route block and self-study line, and the
+                                              # generated blocks of docs/instructors.md
     python -m tools.workshop --run            # execute every stop as listed, each in a fresh kernel
-    python -m tools.workshop --run 02         # one stop
+    python -m tools.workshop --run 03         # one stop
     python -m tools.workshop --run --strict   # also fail where a stop has no recap cell yet
     python -m tools.workshop --fit            # the class-time model's least-squares fit
+    python -m tools.workshop --machines       # the rule's advice per machine class (the instructor notes')
 
 **A stop** is one notebook's intro cells (everything before its first ``## `` section) and the parts the route
 lists (section numbers, "The recipe"), executed in that order from a fresh kernel. The last listed section ends
@@ -16,12 +18,12 @@ on a markdown cell that starts with :data:`RECAP_MARK`, the stop's own recap; th
 **Class time** is not reading time. A class also presents, runs cells together, reads their outputs, takes
 questions and switches notebooks. A stop's class minutes are the self-study reading time of its cells
 (``tools.course_stats``: 200 words a minute, 10 s per code line, 7 min per exercise; a stop's script counts its
-lines the same way) plus :data:`SWITCH_MINUTES` per stop plus :data:`OUTPUT_MINUTES` per code cell that shows
-an output. The two terms are the least-squares fit (:func:`fit`) of an experienced instructor's per-stop
-estimates of the previous route (issue 35, :data:`CALIBRATION`) minus the reading time of the cells those stops
-ran (the notebooks at commit 1afd0eb); applied per section, the model prices any new route. Onboarding,
-wrap-up and the breaks come on top; the planned whole must stay within :data:`PLANNED_MINUTES`, leaving
-``WORKSHOP_MINUTES - PLANNED_MINUTES`` for the overruns every room has.
+lines the same way, all but its verbatim copy of the course's rule) plus :data:`SWITCH_MINUTES` per stop plus
+:data:`OUTPUT_MINUTES` per code cell that shows an output. The two terms are the least-squares fit (:func:`fit`)
+of an experienced instructor's per-stop estimates of the previous route (issue 35, :data:`CALIBRATION`) minus
+the reading time of the cells those stops ran (the notebooks at commit 1afd0eb); applied per section, the model
+prices any new route. Onboarding, wrap-up and the breaks come on top; the planned whole must stay within
+:data:`PLANNED_MINUTES`, leaving ``WORKSHOP_MINUTES - PLANNED_MINUTES`` for the overruns every room has.
 """
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ ROUTE: tuple[RouteStop, ...] = (
 # cells are skipped but its recap cell, if it ends the stop, is still shown; each stop runs without its cut part
 # (tests/test_workshop.py runs the cut stops when AMP_COURSE_ROUTE=1).
 CUTS: tuple[tuple[str, str, str], ...] = (
-    ("03", "2", "say it: autocast changes the ops' dtypes (logits low; loss, weights and gradients float32)"),
+    ("03", "2", "say it: autocast changes the ops' dtypes (logits 16-bit; loss, weights, gradients float32)"),
     ("01", "2", "say it: the input must be cast to the model's dtype, read from the model"),
     ("00", "5", "say it: float16 overflows past 65504, bfloat16 has float32's range"),
     ("04", "4", "say it: a step whose gradients overflow is skipped and the scale halves"),
@@ -272,6 +274,21 @@ def cut_lines(route: tuple[RouteStop, ...] = ROUTE) -> list[str]:
     return lines
 
 
+def checkpoint_markdown(route: tuple[RouteStop, ...] = ROUTE) -> str:
+    """The timing checkpoints: the planned clock at each stop's start, the breaks, the wrap-up and the end."""
+    route_stops = stops(route)
+    rows = ["| Clock | Checkpoint |", "|---|---|"]
+    for label, start, _ in schedule(route_stops):
+        if label.startswith("stop "):
+            stop = route_stops[int(label.split()[1]) - 1]
+            parts = ", ".join("§" + p if p[0].isdigit() else p for p in stop.parts)
+            label = f"{label} starts: notebook {stop.notebook[:2]}, {parts}"
+        rows.append(f"| {clock(start)} | {label} |")
+    rows.append(f"| {clock(total_minutes(route_stops))} | planned end |")
+    rows.append(f"| {clock(WORKSHOP_MINUTES)} | the room is booked until here |")
+    return "\n".join(rows)
+
+
 def readme_block(route: tuple[RouteStop, ...] = ROUTE) -> str:
     return route_markdown(route) + "\n\n" + total_line(route)
 
@@ -289,6 +306,53 @@ def write_readme(path: Path = README) -> None:
         raise ValueError("the README has no single route table to replace")
     text = re.sub(r"^\*\*Self-study route:\*\*.*$", lambda _: self_study_markdown(), text, flags=re.M)
     path.write_text(text)
+
+
+# The machine classes of a room, as the course's rule (helpers/precision.py) sees them: (class, examples, the
+# description the rule reads). The instructor notes' per-class table is generated from these by the rule itself.
+_CPU = {"device": "cpu", "torch": "2.14.1", "system": "Linux", "arch": "x86_64", "flags from": "/proc/cpuinfo"}
+MACHINE_CLASSES: tuple[tuple[str, str, dict], ...] = (
+    ("x86 CPU, AVX2 only", "most laptops; AMD Zen 1-3", {**_CPU, "flags": []}),
+    ("x86 CPU, AVX512 without BF16", "Intel Ice/Tiger Lake laptops, Skylake-X", {**_CPU, "flags": ["avx512f"]}),
+    ("x86 CPU, AVX-NE-CONVERT", "Intel Lunar Lake, Arrow Lake", {**_CPU, "flags": ["avx_ne_convert"]}),
+    ("x86 CPU, AVX512-BF16", "AMD Zen 4/5", {**_CPU, "flags": ["avx512f", "avx512_bf16"]}),
+    ("x86 CPU, AMX-BF16", "Intel Xeon Sapphire Rapids on", {**_CPU, "flags": ["avx512f", "avx512_bf16", "amx_bf16"]}),
+    ("Windows, flags unreadable", "a torch without `torch.cpu.get_capabilities()`",
+     {**_CPU, "system": "Windows", "flags": None, "flags from": "no torch.cpu.get_capabilities"}),
+    ("Arm Linux CPU with BF16", "AWS Graviton 3/4", {**_CPU, "arch": "aarch64", "flags": ["bf16"]}),
+    ("Apple silicon, CPU", "a Mac told to use the CPU",
+     {**_CPU, "system": "Darwin", "arch": "arm64", "flags": ["bf16"]}),
+    ("Apple GPU, torch 2.6+, macOS 14+", "M1-M4 Macs", {"device": "mps", "torch": "2.6.0", "macos": "14.5",
+                                                         "arch": "arm64"}),
+    ("Apple GPU, torch 2.5 or macOS 13", "M1-M4 Macs", {"device": "mps", "torch": "2.5.1", "macos": "14.5",
+                                                        "arch": "arm64"}),
+    ("Apple GPU, torch 2.4", "M1-M4 Macs", {"device": "mps", "torch": "2.4.1", "macos": "14.5", "arch": "arm64"}),
+    ("NVIDIA T4", "Colab's free GPU", {"device": "cuda", "name": "Tesla T4", "capability": (7, 5), "hip": None,
+                                        "torch": "2.14.1", "arch": "x86_64"}),
+    ("NVIDIA GTX 16xx, MX450/550", "gaming and thin laptops", {"device": "cuda", "name": "NVIDIA GeForce GTX 1650",
+                                                                "capability": (7, 5), "hip": None,
+                                                                "torch": "2.14.1", "arch": "x86_64"}),
+    ("NVIDIA L4, A100, H100, RTX 30xx on", "Colab's paid GPUs", {"device": "cuda", "name": "NVIDIA L4",
+                                                                  "capability": (8, 9), "hip": None,
+                                                                  "torch": "2.14.1", "arch": "x86_64"}),
+)
+
+
+def advice_text(advice) -> str:
+    dtype = str(advice.dtype).replace("torch.", "") if advice.dtype is not None else ""
+    return advice.how if advice.how in ("float32", "measure") else f"{advice.how}, {dtype}"
+
+
+def machine_classes_markdown() -> str:
+    """Per machine class, the rule's advice (helpers.precision.choose_precision on its description)."""
+    from helpers.precision import choose_precision
+
+    rows = ["| Machine class | e.g. | Training | Batched inference | Chat decoding |", "|---|---|---|---|---|"]
+    for name, examples, description in MACHINE_CLASSES:
+        advice = choose_precision(description)
+        rows.append(f"| {name} | {examples} | " + " | ".join(advice_text(advice[w]) for w in
+                                                           ("training", "batched inference", "chat decoding")) + " |")
+    return "\n".join(rows)
 
 
 TERMS_FILE = ROOT / "data" / "route_terms.json"
@@ -349,6 +413,26 @@ def prose_leaks(route: tuple[RouteStop, ...] = ROUTE, terms_file: Path = TERMS_F
     return sorted(set(leaks))
 
 
+INSTRUCTORS = ROOT / "docs" / "instructors.md"
+
+
+def generated_blocks() -> dict[str, str]:
+    """The instructor notes' generated blocks, by name (between ``<!-- tools.workshop NAME -->`` and
+    ``<!-- /tools.workshop -->``)."""
+    return {"clock": checkpoint_markdown(), "cuts": "\n".join(cut_lines()), "fit": "\n".join(fit_lines()),
+            "machines": machine_classes_markdown()}
+
+
+def write_docs(path: Path = INSTRUCTORS) -> None:
+    text = path.read_text()
+    for name, block in generated_blocks().items():
+        pattern = re.compile(rf"(<!-- tools.workshop {name} -->\n).*?(\n<!-- /tools.workshop -->)", re.S)
+        text, count = pattern.subn(lambda match: match.group(1) + block + match.group(2), text)
+        if count != 1:
+            raise ValueError(f"{path.name} has no single generated block {name!r}")
+    path.write_text(text)
+
+
 def run_stop(prefix: str, parts: tuple[str, ...], timeout: int = 300, cut: str | None = None) -> list[str]:
     """Execute one stop (without its ``cut`` part) from a fresh kernel; return the unexpected errors (cells
     tagged ``raises-exception`` may raise) and stderr outputs."""
@@ -367,12 +451,16 @@ def run_stop(prefix: str, parts: tuple[str, ...], timeout: int = 300, cut: str |
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
+    if "--machines" in args:
+        print(machine_classes_markdown())
+        return 0
     if "--fit" in args:
         print("\n".join(fit_lines()))
         return 0
     if "--write-readme" in args:
         write_readme()
-        print(f"README.md: route and self-study line regenerated. {total_line()}")
+        write_docs()
+        print(f"README.md and docs/instructors.md: generated parts rewritten. {total_line()}")
         return 0
     if "--run" not in args:
         print(readme_block())
