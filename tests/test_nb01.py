@@ -97,6 +97,42 @@ def test_casts_per_call_no_cache_for_weights_that_do_not_require_grad():
     assert casts_per_call(linear, torch.randn(2, 8), torch.bfloat16, "no_grad") == [3, 3]
 
 
+def _advice(dtype, how):
+    from collections import namedtuple
+
+    return namedtuple("Advice", "dtype how reason")(dtype, how, "a reason")
+
+
+def _result(verdict):
+    from helpers.timing import Comparison
+
+    ratio = {"faster": 1.5, "slower": 0.5, "no clear difference": 1.0}[verdict]
+    return Comparison(ratio, ratio * 0.9, ratio * 1.1, verdict, 0.1, 0.1 / ratio, 2)
+
+
+def test_agreement_with_a_rule_that_picks_bfloat16():
+    advice = _advice(torch.bfloat16, "16-bit weights")
+    assert nb01.agreement(_result("faster"), torch.bfloat16, advice, 32).startswith("agrees")
+    assert nb01.agreement(_result("slower"), torch.float16, advice, 32).startswith("agrees")
+    assert nb01.agreement(_result("no clear difference"), torch.float16, advice, 1).startswith("agrees")
+    unclear = nb01.agreement(_result("no clear difference"), torch.bfloat16, advice, 32)
+    assert unclear.startswith("DISAGREES") and "expected faster" in unclear and "16-bit units" in unclear
+    at_batch_1 = nb01.agreement(_result("slower"), torch.bfloat16, advice, 1)
+    assert at_batch_1.startswith("DISAGREES") and "overhead" in at_batch_1
+    emulated_but_faster = nb01.agreement(_result("faster"), torch.float16, advice, 1)
+    assert emulated_but_faster.startswith("DISAGREES") and "half the bytes" in emulated_but_faster
+    autocast = nb01.agreement(_result("no clear difference"), torch.bfloat16, advice, 32, autocast=True)
+    assert autocast.startswith("DISAGREES") and "casts every weight" in autocast
+
+
+def test_agreement_with_a_float32_rule_and_with_measure():
+    advice = _advice(torch.float32, "float32")
+    assert nb01.agreement(_result("slower"), torch.bfloat16, advice, 32).startswith("agrees")
+    assert nb01.agreement(_result("faster"), torch.bfloat16, advice, 32).startswith("DISAGREES")
+    measure = _advice(None, "measure")
+    assert "this is the measurement" in nb01.agreement(_result("faster"), torch.bfloat16, measure, 32)
+
+
 # --- exercise solutions ---------------------------------------------------------------------------------------
 
 def test_01_1_saved_bytes_of_the_half_model():
