@@ -218,7 +218,9 @@ WRONG_01_4 = {  # name: (answer, the feedback line must contain)
     "autocast float16 on the float32 model": (
         lambda r, c: _serve(r, c, dtype=torch.float32, autocast=torch.float16), "float16 weights"),
     "try/except, then float32": (_try_the_half_then_float32, "float16 weights"),
-    "no eval()": (lambda r, c: _serve(r, c, eval_mode=False), "other images of its request"),
+    "no eval()": (lambda r, c: _serve(r, c, eval_mode=False), "BatchNorm ran in training mode"),
+    "train mode, every request in one torch.cat batch": (
+        lambda r, c: _serve([torch.cat(r)], c, eval_mode=False), "BatchNorm ran in training mode"),
     "exp by hand": (lambda r, c: _serve(r, c, probabilities=_by_hand), "NaN or inf"),
     "a fixed shift, logits - 10": (lambda r, c: _serve(r, c, probabilities=lambda x: _by_hand(x - 10)),
                                    "NaN or inf"),
@@ -251,6 +253,27 @@ RIGHT_01_4 = {
 @pytest.mark.parametrize("name", RIGHT_01_4)
 def test_01_4_right_repairs_are_accepted(name):
     assert feedback("01.4", RIGHT_01_4[name]) is None
+
+
+def test_01_4_one_batch_in_train_mode_escapes_an_output_check():
+    """Why the judge watches BatchNorm's mode: one torch.cat batch of the same 64 images, regrouped or not, gives
+    the same batch statistics, so only the mode itself shows the missing eval()."""
+    from helpers.model import CHECKPOINT
+
+    images = shapes_dataset("test", n=128).tensors[0][64:]
+    order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+    one_batch = _serve([torch.cat(list(images.split(4)))], CHECKPOINT, eval_mode=False)
+    regrouped = _serve([torch.cat(list(images[order].split(4)))], CHECKPOINT, eval_mode=False)
+    assert (regrouped[order.argsort()] - one_batch).abs().max() < 0.02
+
+
+@pytest.mark.parametrize("key, answer", [("01.1", 0), ("01.3", 0), ("01.4", lambda r, c: _serve(r, c))])
+def test_checks_leave_the_learner_s_random_generator_alone(key, answer):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    grade(key, answer)
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_01_4_the_notebook_s_own_images_would_not_catch_a_fixed_shift():

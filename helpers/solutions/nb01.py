@@ -19,7 +19,8 @@ def saved_bytes_of_half_model() -> int:
     """01.1: bytes autograd saves for backward in one float16 forward pass of the ``.half()``
     reference model on the first 64 test images (parameters left out; max-pool indices stay int64).
     """
-    model = load_reference_model().half()
+    with torch.random.fork_rng(devices=[]):  # building the model draws from the learner's generator
+        model = load_reference_model().half()
     batch = shapes_dataset("test", n=64).tensors[0].half()  # its own storage, as batch64
     return saved_activation_bytes(lambda: model(batch), exclude=model)
 
@@ -52,11 +53,28 @@ class _CastBytes(TorchDispatchMode):
 def autocast_parameter_cast_bytes() -> int:
     """01.3: bytes of the bfloat16 parameter copies autocast makes in one CPU forward pass of the
     reference model."""
-    model = load_reference_model()
+    with torch.random.fork_rng(devices=[]):  # building the model draws from the learner's generator
+        model = load_reference_model()
     counter = _CastBytes({p.data_ptr() for p in model.parameters()})
     with torch.inference_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16), counter:
         model(torch.zeros(1, 3, 32, 32))
     return counter.bytes
+
+
+class _BatchNormModes(TorchDispatchMode):
+    """Records, for every batch-norm op run inside it, whether it ran in training mode (batch statistics)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.training: list[bool] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name == "_native_batch_norm_legit_no_training":
+            self.training.append(False)
+        elif "batch_norm" in name and len(args) > 5 and isinstance(args[5], bool):
+            self.training.append(args[5])  # batch_norm, native_batch_norm, _native_batch_norm_legit
+        return func(*args, **(kwargs or {}))
 
 
 def serve_fixed(requests: list[torch.Tensor], checkpoint=CHECKPOINT,
@@ -87,11 +105,13 @@ class ServeJudge:
         with tempfile.TemporaryDirectory() as folder:
             checkpoint = Path(folder) / "sharper.pt"
             torch.save(state, checkpoint)
-            truth = serve_fixed([images], checkpoint, torch.float32)
+            with torch.random.fork_rng(devices=[]):  # ShapesCNN() draws its initial weights
+                truth = serve_fixed([images], checkpoint, torch.float32)
             try:
-                probabilities, ops = record_ops(lambda: serve(list(images.split(4)), checkpoint))
-                order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
-                regrouped = serve(list(images[order].split(4)), checkpoint)
+                with torch.random.fork_rng(devices=[]), _BatchNormModes() as batch_norms:
+                    probabilities, ops = record_ops(lambda: serve(list(images.split(4)), checkpoint))
+                    order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+                    regrouped = serve(list(images[order].split(4)), checkpoint)
             except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised
                 return f"serve raised {type(error).__name__} on requests of 4 images"
         if not isinstance(probabilities, torch.Tensor) or probabilities.shape != truth.shape:
@@ -100,6 +120,9 @@ class ServeJudge:
                         for d in op.input_dtypes}
         if layer_dtypes != {torch.float16}:
             return "the layers did not run on float16 weights and inputs (keep model.half())"
+        if any(batch_norms.training):
+            return ("BatchNorm ran in training mode, on the statistics of the images served together: "
+                    "call model.eval() (section 6)")
         probabilities = probabilities.float()
         if not probabilities.isfinite().all():
             return "some probabilities are NaN or inf: an exp overflowed on large logits"
