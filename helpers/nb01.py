@@ -90,8 +90,10 @@ def agreement(result, dtype: torch.dtype, advice, batch: int, autocast: bool = F
         return "the rule says measure: this is the measurement"
     picked = f"{advice.how}, {str(advice.dtype).removeprefix('torch.')}"
     expects_faster = advice.dtype == dtype
-    measured_faster = result.verdict == "faster"
     expected = "faster" if expects_faster else "not faster"
+    if result.verdict == "no clear difference" and expects_faster:
+        return f"unclear: the rule ({picked}) expects faster; this measurement neither confirms nor contradicts it"
+    measured_faster = result.verdict == "faster"
     if measured_faster == expects_faster:
         return f"agrees with the rule ({picked}): expected {expected}"
     if measured_faster:

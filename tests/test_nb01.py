@@ -120,12 +120,14 @@ def test_agreement_with_a_rule_that_picks_bfloat16():
     assert nb01.agreement(_result("slower"), torch.float16, advice, 32).startswith("agrees")
     assert nb01.agreement(_result("no clear difference"), torch.float16, advice, 1).startswith("agrees")
     unclear = nb01.agreement(_result("no clear difference"), torch.bfloat16, advice, 32)
-    assert unclear.startswith("DISAGREES") and "expected faster" in unclear and "16-bit units" in unclear
+    assert unclear.startswith("unclear") and "neither confirms nor contradicts" in unclear  # never a flip
+    batched = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32)
+    assert batched.startswith("DISAGREES") and "expected faster" in batched and "16-bit units" in batched
     at_batch_1 = nb01.agreement(_result("slower"), torch.bfloat16, advice, 1)
     assert at_batch_1.startswith("DISAGREES") and "overhead" in at_batch_1
     emulated_but_faster = nb01.agreement(_result("faster"), torch.float16, advice, 1)
     assert emulated_but_faster.startswith("DISAGREES") and "half the bytes" in emulated_but_faster
-    autocast = nb01.agreement(_result("no clear difference"), torch.bfloat16, advice, 32, autocast=True)
+    autocast = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32, autocast=True)
     assert autocast.startswith("DISAGREES") and "casts every weight" in autocast
 
 
