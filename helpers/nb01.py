@@ -85,7 +85,7 @@ def plot_peak_ratios(peaks: dict[str, GpuPeak], low: str = "bf16", ax=None):
 
 def agreement(result, dtype: torch.dtype, advice, batch: int, autocast: bool = False) -> str:
     """Whether a measured comparison (``helpers.timing.Comparison``) of a candidate computing in ``dtype`` agrees
-    with the rule's ``advice`` for batched inference; a disagreement is a finding with its likely reason."""
+    with the rule's ``advice`` for that workload; a disagreement is a finding with its likely reason."""
     if advice.dtype is None:
         return "the rule says measure: this is the measurement"
     picked = f"{advice.how}, {str(advice.dtype).removeprefix('torch.')}"
