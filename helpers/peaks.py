@@ -1,4 +1,4 @@
-"""Datasheet peaks of NVIDIA GPUs (data/gpu_peaks.json), fractions of peak, ridges; 01, 06, 08, 10."""
+"""Datasheet peaks of NVIDIA GPUs (data/gpu_peaks.json), peak fractions, ridges; 01, 06, 08-10."""
 
 import functools
 import json
