@@ -71,6 +71,19 @@ class TrainingComparison:
         ax.legend()
 
 
+def dtype_counts(ops: list[tuple[str, list[torch.dtype]]]) -> dict[str, str]:
+    """Each op name of a recorded list of (name, output dtypes) with its output dtypes counted, in
+    the order first seen: ``{"convolution": "bfloat16 x4", ...}`` (section 3)."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, dtypes in ops:
+        per_dtype = counts.setdefault(name, {})
+        for dtype in dtypes:
+            dtype_name = str(dtype).removeprefix("torch.")
+            per_dtype[dtype_name] = per_dtype.get(dtype_name, 0) + 1
+    return {name: ", ".join(f"{dtype} x{n}" for dtype, n in sorted(per_dtype.items()))
+            for name, per_dtype in counts.items()}
+
+
 def run_steps(step: Callable, model: nn.Module, loader, optimizer: torch.optim.Optimizer, *,
               amp_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None,
               scheduler: torch.optim.lr_scheduler.LRScheduler, epochs: int) -> TrainLog:

@@ -87,6 +87,14 @@ def test_run_steps_steps_the_scheduler_only_after_real_steps():
     assert log.scales == [65536.0, 32768.0, 32768.0]
 
 
+def test_dtype_counts_counts_each_ops_output_dtypes_in_order_of_first_sight():
+    ops = [("convolution", [torch.bfloat16]), ("native_batch_norm", [torch.bfloat16, torch.float32, torch.float32]),
+           ("convolution", [torch.bfloat16]), ("detach", [])]
+    assert lab.dtype_counts(ops) == {"convolution": "bfloat16 x2", "native_batch_norm": "bfloat16 x1, float32 x2",
+                                     "detach": ""}
+    assert list(lab.dtype_counts(ops)) == ["convolution", "native_batch_norm", "detach"]
+
+
 def comparison(ratio, low, high, verdict):
     return helpers.timing.Comparison(ratio, low, high, verdict, 0.01, 0.01 / ratio, 2)
 
@@ -149,8 +157,8 @@ def test_03_4_counts_the_casts_of_the_backward_pass():
     assert helpers.exercises.grade("03.4", 8) is False   # the forward pass's count
 
 
-@pytest.mark.parametrize("key, answer", [("03.4", 7), ("03.4", 8), ("03.5", 5), ("03.5", 9)])
-def test_03_4_and_03_5_checks_leave_the_learners_generator_alone(key, answer):
+@pytest.mark.parametrize("key, answer", [("03.4", 7), ("03.4", 8), ("03.5", 5), ("03.5", 9), ("03.7", torch.float32)])
+def test_number_checks_leave_the_learners_generator_alone(key, answer):
     torch.manual_seed(1234)
     state = torch.random.get_rng_state()
     helpers.exercises.grade(key, answer)
@@ -218,6 +226,26 @@ def test_03_5_plausible_wrong_counts_are_named():
     assert len(set(expected) | {5}) == len(expected) + 1  # each wrong count differs from the others and from 5
     for answer, start in expected.items():
         assert feedback("03.5", answer).startswith(start), answer
+
+
+def test_03_5_the_notebook_builds_the_model_the_check_counts():
+    import ast
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
+    cells = [cell for cell in json.loads(path.read_text())["cells"]
+             if cell["cell_type"] == "code" and "model_5 = " in "".join(cell["source"])]
+    assert len(cells) == 1
+    namespace = {"torch": torch, "nn": nn}
+    exec(compile(ast.parse("".join(cells[0]["source"])), path.name, "exec"), namespace)
+    with torch.random.fork_rng(devices=[]):
+        assert repr(namespace["model_5"]) == repr(sol.exercise_03_5_model())
+    assert namespace["answer_5"] is None
+    torch.manual_seed(0)
+    model = sol.exercise_03_5_model()
+    for mine, theirs in zip(model.state_dict().values(), namespace["model_5"].state_dict().values()):
+        assert torch.equal(mine, theirs)
 
 
 def test_03_5_other_numbers_and_types_are_told_apart():

@@ -3,7 +3,9 @@
 The fix-the-code exercises are answered with the learner's repaired function (03.1, 03.3) or
 class (03.2): each judge's ``why_not`` runs it on fresh seeded objects, enters autocast itself and
 watches what the repair changes (where autocast is on, which ops ran in which dtype, what the
-scaler did), so that no typed number and no symptom-hiding repair passes.
+scaler did), so that no typed number and no symptom-hiding repair passes. 03.5's judge counts the
+parameter casts itself and names each plausible wrong count (every cast, a second forward in the same
+context, inference_mode, every op). No check changes the learner's global random generator.
 """
 import math
 from typing import Callable
@@ -48,7 +50,9 @@ def _smallest_power_of_two_that_changes_2_in_float16() -> float:
 
 
 def _cdist_dtype_under_cpu_autocast() -> torch.dtype:
-    a, b = torch.randn(4, 3), torch.randn(5, 3)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 3, generator=g)
+    b = torch.randn(5, 3, generator=g)
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         return torch.cdist(a, b).dtype
 
