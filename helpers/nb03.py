@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .autocast_rules import BOOKKEEPING_OPS
 from .data import make_loader, shapes_dataset
 from .device import needs_grad_scaler, strict_fp32
 from .model import ShapesCNN
@@ -73,9 +74,12 @@ class TrainingComparison:
 
 def dtype_counts(ops: list[tuple[str, list[torch.dtype]]]) -> dict[str, str]:
     """Each op name of a recorded list of (name, output dtypes) with its output dtypes counted, in
-    the order first seen: ``{"convolution": "bfloat16 x4", ...}`` (section 3)."""
+    the order first seen: ``{"convolution": "bfloat16 x4", ...}`` (section 3); bookkeeping ops
+    (autograd's ``detach``, BatchNorm's counter) left out."""
     counts: dict[str, dict[str, int]] = {}
     for name, dtypes in ops:
+        if name in BOOKKEEPING_OPS:
+            continue
         per_dtype = counts.setdefault(name, {})
         for dtype in dtypes:
             dtype_name = str(dtype).removeprefix("torch.")
