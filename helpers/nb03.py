@@ -1,5 +1,5 @@
-"""Notebook 03's scaffolding: section 4's float32-vs-autocast runs of the notebook's training step, and
-how its measured speed compares with the precision rule."""
+"""Notebook 03's scaffolding: section 3's op table; section 4's float32-vs-autocast runs of the
+notebook's training step, and how its measured speed compares with the precision rule."""
 
 from dataclasses import dataclass
 from typing import Callable
@@ -91,8 +91,8 @@ def dtype_counts(ops: list[tuple[str, list[torch.dtype]]]) -> dict[str, str]:
 def run_steps(step: Callable, model: nn.Module, loader, optimizer: torch.optim.Optimizer, *,
               amp_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None,
               scheduler: torch.optim.lr_scheduler.LRScheduler, epochs: int) -> TrainLog:
-    """Call the notebook's ``step(model, optimizer, scaler, inputs, labels, amp_dtype)`` on every batch
-    of ``epochs`` epochs; log its losses and scales; step ``scheduler`` only after real steps."""
+    """Call the notebook's ``step(model, optimizer, scaler, inputs, labels, amp_dtype)`` on every
+    batch of ``epochs`` epochs; log its losses and scales; step ``scheduler`` after real steps."""
     device = next(model.parameters()).device
     log = TrainLog()
     model.train()
@@ -133,14 +133,15 @@ def compare_training(step: Callable, device: torch.device, amp_dtype: torch.dtyp
         if needs_grad_scaler(amp):
             scaler = make_scaler(device.type, amp)
         with strict_fp32():
-            logs[_name(amp)] = run_steps(step, model, loader, optimizer, amp_dtype=amp, scaler=scaler,
-                                         scheduler=scheduler, epochs=epochs)
+            logs[_name(amp)] = run_steps(step, model, loader, optimizer, amp_dtype=amp,
+                                         scaler=scaler, scheduler=scheduler, epochs=epochs)
         accuracy[_name(amp)] = evaluate(model, test_set, amp_dtype=amp).accuracy
     return TrainingComparison(logs, accuracy, epochs, examples, test_examples)
 
 
-SMALL_MODEL = ("a small model (ShapesCNN, batch {batch}): the casts, the element-wise ops and the "
-               "float32 AdamW update weigh as much as the convolutions autocast speeds up (notebook 09)")
+SMALL_MODEL = ("a small model (ShapesCNN, batch {batch}): the casts, the element-wise ops and "
+               "the float32 AdamW update weigh as much as the convolutions autocast speeds up "
+               "(notebook 09)")
 
 
 def rule_agreement(advice: Advice, speed: Comparison, amp_dtype: torch.dtype, batch: int) -> str:
@@ -148,10 +149,12 @@ def rule_agreement(advice: Advice, speed: Comparison, amp_dtype: torch.dtype, ba
     training ``advice``; a disagreement is a finding with its likely reason."""
     measured = f"autocast {str(amp_dtype).removeprefix('torch.')}: {speed.verdict}"
     if advice.how == "measure":
-        return f"The rule cannot tell here ({advice.reason}): this measurement decides ({measured})."
+        return (f"The rule cannot tell here ({advice.reason}): this measurement decides "
+                f"({measured}).")
     if advice.how.startswith("autocast") and advice.dtype != amp_dtype:
         wanted = str(advice.dtype).removeprefix("torch.")
-        return f"The rule advises {advice.how} in {wanted}, not the dtype measured here ({measured})."
+        return (f"The rule advises {advice.how} in {wanted}, not the dtype measured here "
+                f"({measured}).")
     expects_faster = advice.how.startswith("autocast")
     if expects_faster and speed.verdict == "faster":
         return f"Agrees with the rule ({advice.how}, {measured})."
@@ -160,10 +163,11 @@ def rule_agreement(advice: Advice, speed: Comparison, amp_dtype: torch.dtype, ba
     if expects_faster:
         reason = SMALL_MODEL.format(batch=batch)
         if speed.low < 1 < speed.high:
-            reason = (f"a busy machine: its rounds ranged from {speed.low:.2f}x to {speed.high:.2f}x, on "
-                      f"both sides of 1 (run the cell again when the machine is quiet); else {reason}")
-        return (f"Finding: the rule advises {advice.how} for training, but this step was not faster "
-                f"({measured}). Likely reason: {reason}.")
+            reason = (f"a busy machine: its rounds ranged from {speed.low:.2f}x to "
+                      f"{speed.high:.2f}x, on both sides of 1 (run the cell again when the machine "
+                      f"is quiet); else {reason}")
+        return (f"Finding: the rule advises {advice.how} for training, but this step was not "
+                f"faster ({measured}). Likely reason: {reason}.")
     return (f"Finding: the rule advises {advice.how} for training, yet this step was faster under "
             f"autocast ({measured}). Likely reason: at this size the step moves more bytes than it "
             "computes, and 16-bit activations halve those bytes (notebook 00 §2).")

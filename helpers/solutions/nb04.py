@@ -139,8 +139,8 @@ def _fp16_loss(net: nn.Module, inputs: torch.Tensor, target: torch.Tensor) -> to
 
 
 class _WatchedClipping:
-    """Inside it, ``torch.nn.utils.clip_grad_norm_`` records the ``max_norm`` it was given and the total
-    norm of the gradients it saw (what a learner's ``nn.utils.clip_grad_norm_(...)`` calls)."""
+    """Inside it, ``torch.nn.utils.clip_grad_norm_`` records the ``max_norm`` it was given and the
+    total norm of the gradients it saw (a learner's ``nn.utils.clip_grad_norm_(...)`` calls it)."""
 
     def __init__(self):
         self.calls: list[tuple[float, float]] = []  # (max_norm given, gradient norm seen)
@@ -177,8 +177,9 @@ def _run_04_3(step_fn: Callable, inject: bool, max_norm: float, init_scale: floa
         except RuntimeError as error:
             raised = error
     change = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, net.parameters())])
-    return {"outside": any(outside), "calls": scaler.calls, "clips": clipping.calls, "raised": raised,
-            "update": change.norm().item(), "changed": bool(change.abs().sum() != 0)}
+    return {"outside": any(outside), "calls": scaler.calls, "clips": clipping.calls,
+            "raised": raised, "update": change.norm().item(),
+            "changed": bool(change.abs().sum() != 0)}
 
 
 def _true_gradient_norm() -> float:
@@ -189,10 +190,11 @@ def _true_gradient_norm() -> float:
 
 
 def _wrong_length(run: dict, max_norm: float, scale: float) -> str:
-    """What made a clean step's update another length than ``max_norm``, as far as the spies tell."""
+    """What made a clean step's update another length than ``max_norm``, as the spies tell."""
     kind = "shorter" if run["update"] < max_norm else "longer"
     if not run["clips"]:
-        return f"the update is {kind} than max_norm: the gradients were not clipped (clip_grad_norm_)"
+        return (f"the update is {kind} than max_norm: the gradients were not clipped "
+                "(clip_grad_norm_)")
     given, seen = run["clips"][0]
     true_norm = _true_gradient_norm()
     if seen > true_norm * scale / 4 and given < max_norm * 4:
@@ -201,7 +203,8 @@ def _wrong_length(run: dict, max_norm: float, scale: float) -> str:
         return ("the gradients were divided by the scale twice before clipping: unscale_ once, and "
                 "divide nothing yourself")
     if not math.isclose(given, max_norm, rel_tol=1e-6):
-        return f"clip_grad_norm_ was given max_norm={given:g}, not the max_norm argument ({max_norm:g})"
+        return (f"clip_grad_norm_ was given max_norm={given:g}, not the max_norm argument "
+                f"({max_norm:g})")
     return f"the update is {run['update']:.2e} long, not max_norm ({max_norm:g})"
 
 
@@ -213,8 +216,8 @@ def _why_not_04_3(step_fn: Callable) -> str | None:
     for inject in (False, True):
         run = _run_04_3(step_fn, inject, max_norm, scale)
         if run["raised"] is not None and run["calls"]["unscale_"] > 1:
-            return ("unscale_ ran twice before update(): call scaler.unscale_(optimizer) once per step, "
-                    "before clipping")
+            return ("unscale_ ran twice before update(): call scaler.unscale_(optimizer) once "
+                    "per step, before clipping")
         if run["raised"] is not None:
             raise run["raised"]
         if run["outside"]:
