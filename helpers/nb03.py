@@ -1,13 +1,19 @@
-"""Notebook 03's scaffolding: section 4's float32-vs-autocast training comparison."""
+"""Notebook 03's scaffolding: section 3's op table; section 4's float32-vs-autocast runs of the
+notebook's training step, and how its measured speed compares with the precision rule."""
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
+from torch import nn
 
+from .autocast_rules import BOOKKEEPING_OPS
 from .data import make_loader, shapes_dataset
-from .device import needs_grad_scaler
+from .device import needs_grad_scaler, strict_fp32
 from .model import ShapesCNN
-from .train import TrainLog, evaluate, make_scaler, train
+from .precision import Advice
+from .timing import Comparison
+from .train import TrainLog, evaluate, make_scaler, skipped_by_scaler
 
 
 def _name(amp_dtype: torch.dtype | None) -> str:
@@ -66,13 +72,56 @@ class TrainingComparison:
         ax.legend()
 
 
-def compare_training(device: torch.device, amp_dtype: torch.dtype, *, examples: int,
+def dtype_counts(ops: list[tuple[str, list[torch.dtype]]]) -> dict[str, str]:
+    """Each op name of a recorded list of (name, output dtypes) with its output dtypes counted, in
+    the order first seen: ``{"convolution": "bfloat16 x4", ...}`` (section 3); bookkeeping ops
+    (autograd's ``detach``, BatchNorm's counter) left out."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, dtypes in ops:
+        if name in BOOKKEEPING_OPS:
+            continue
+        per_dtype = counts.setdefault(name, {})
+        for dtype in dtypes:
+            dtype_name = str(dtype).removeprefix("torch.")
+            per_dtype[dtype_name] = per_dtype.get(dtype_name, 0) + 1
+    return {name: ", ".join(f"{dtype} x{n}" for dtype, n in sorted(per_dtype.items()))
+            for name, per_dtype in counts.items()}
+
+
+def run_steps(step: Callable, model: nn.Module, loader, optimizer: torch.optim.Optimizer, *,
+              amp_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None,
+              scheduler: torch.optim.lr_scheduler.LRScheduler, epochs: int) -> TrainLog:
+    """Call the notebook's ``step(model, optimizer, scaler, inputs, labels, amp_dtype)`` on every
+    batch of ``epochs`` epochs; log its losses and scales; step ``scheduler`` after real steps."""
+    device = next(model.parameters()).device
+    log = TrainLog()
+    model.train()
+    for _ in range(epochs):
+        for inputs, labels in loader:
+            scale_before = scaler.get_scale() if scaler is not None else None
+            loss = step(model, optimizer, scaler, inputs.to(device), labels.to(device), amp_dtype)
+            stepped = True
+            if scaler is not None:
+                log.scales.append(scaler.get_scale())
+                stepped = not skipped_by_scaler(scale_before, log.scales[-1])
+                log.skipped_steps += not stepped
+            if stepped:
+                scheduler.step()
+                log.scheduler_steps += 1
+            log.losses.append(loss.item())
+    model.eval()
+    return log
+
+
+def compare_training(step: Callable, device: torch.device, amp_dtype: torch.dtype, *, examples: int,
                      test_examples: int, epochs: int = 2, batch_size: int = 32,
                      max_lr: float = 2e-2) -> TrainingComparison:
-    """Train ``ShapesCNN`` from seed 0 in float32 and with autocast (AdamW, one-cycle); test both"""
+    """Train ``ShapesCNN`` from seed 0 with the notebook's ``step``, in float32 and with autocast
+    (AdamW, one-cycle schedule, a ``GradScaler`` for float16); test both."""
     train_set = shapes_dataset("train", n=examples)
     test_set = shapes_dataset("test", n=test_examples)
-    logs, accuracy = {}, {}
+    logs = {}
+    accuracy = {}
     for amp in (None, amp_dtype):
         torch.manual_seed(0)
         model = ShapesCNN().to(device)
@@ -80,8 +129,45 @@ def compare_training(device: torch.device, amp_dtype: torch.dtype, *, examples: 
         loader = make_loader(train_set, batch_size=batch_size, seed=0)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr,
                                                         total_steps=epochs * len(loader))
-        scaler = make_scaler(device.type, amp) if needs_grad_scaler(amp) else None
-        logs[_name(amp)] = train(model, loader, optimizer, epochs=epochs, amp_dtype=amp,
-                                 scaler=scaler, scheduler=scheduler)
+        scaler = None
+        if needs_grad_scaler(amp):
+            scaler = make_scaler(device.type, amp)
+        with strict_fp32():
+            logs[_name(amp)] = run_steps(step, model, loader, optimizer, amp_dtype=amp,
+                                         scaler=scaler, scheduler=scheduler, epochs=epochs)
         accuracy[_name(amp)] = evaluate(model, test_set, amp_dtype=amp).accuracy
     return TrainingComparison(logs, accuracy, epochs, examples, test_examples)
+
+
+SMALL_MODEL = ("a small model (ShapesCNN, batch {batch}): the casts, the element-wise ops and "
+               "the float32 AdamW update weigh as much as the convolutions autocast speeds up "
+               "(notebook 09)")
+
+
+def rule_agreement(advice: Advice, speed: Comparison, amp_dtype: torch.dtype, batch: int) -> str:
+    """Whether the measured autocast/float32 ratio of a training step agrees with the rule's
+    training ``advice``; a disagreement is a finding with its likely reason."""
+    measured = f"autocast {str(amp_dtype).removeprefix('torch.')}: {speed.verdict}"
+    if advice.how == "measure":
+        return (f"The rule cannot tell here ({advice.reason}): this measurement decides "
+                f"({measured}).")
+    if advice.how.startswith("autocast") and advice.dtype != amp_dtype:
+        wanted = str(advice.dtype).removeprefix("torch.")
+        return (f"The rule advises {advice.how} in {wanted}, not the dtype measured here "
+                f"({measured}).")
+    expects_faster = advice.how.startswith("autocast")
+    if expects_faster and speed.verdict == "faster":
+        return f"Agrees with the rule ({advice.how}, {measured})."
+    if not expects_faster and speed.verdict != "faster":
+        return f"Agrees with the rule ({advice.how}: autocast was not expected to pay; {measured})."
+    if expects_faster:
+        reason = SMALL_MODEL.format(batch=batch)
+        if speed.low < 1 < speed.high:
+            reason = (f"a busy machine: its rounds ranged from {speed.low:.2f}x to "
+                      f"{speed.high:.2f}x, on both sides of 1 (run the cell again when the machine "
+                      f"is quiet); else {reason}")
+        return (f"Finding: the rule advises {advice.how} for training, but this step was not "
+                f"faster ({measured}). Likely reason: {reason}.")
+    return (f"Finding: the rule advises {advice.how} for training, yet this step was faster under "
+            f"autocast ({measured}). Likely reason: at this size the step moves more bytes than it "
+            "computes, and 16-bit activations halve those bytes (notebook 00 §2).")

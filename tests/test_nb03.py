@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import helpers
 from helpers import nb03 as lab
@@ -18,8 +19,23 @@ from helpers.solutions import nb03 as sol
 CPU = torch.device("cpu")
 
 
+def recipe_step(model, optimizer, scaler, inputs, labels, amp):
+    """Notebook 03 section 4's train_step."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.amp.autocast("cpu", dtype=amp, enabled=amp is not None):
+        loss = F.cross_entropy(model(inputs), labels)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return loss
+
+
 def test_compare_training_starts_from_the_same_loss_and_reports_both_runs():
-    runs = lab.compare_training(CPU, torch.bfloat16, examples=64, test_examples=64, epochs=1)
+    runs = lab.compare_training(recipe_step, CPU, torch.bfloat16, examples=64, test_examples=64, epochs=1)
     assert list(runs.logs) == ["float32", "autocast bfloat16"]
     assert all(len(log.losses) == 2 for log in runs.logs.values())          # 64 images, batch 32
     assert runs.first_loss_gap() < torch.finfo(torch.bfloat16).eps          # same weights and batch
@@ -28,25 +44,107 @@ def test_compare_training_starts_from_the_same_loss_and_reports_both_runs():
 
 
 def test_compare_training_gives_float16_a_scaler():
-    runs = lab.compare_training(CPU, torch.float16, examples=32, test_examples=8, epochs=1)
+    runs = lab.compare_training(recipe_step, CPU, torch.float16, examples=32, test_examples=8, epochs=1)
     log = runs.logs["autocast float16"]
     assert log.scales and runs.logs["float32"].scales == [] and "skipped by the scaler" in repr(runs)
 
 
-def test_03_5_smallest_update_that_changes_two_in_float16():
+def test_compare_training_runs_the_step_it_is_given_with_each_dtype():
+    seen = []
+
+    def spy(model, optimizer, scaler, inputs, labels, amp):
+        seen.append((amp, scaler is None, inputs.shape[0]))
+        return recipe_step(model, optimizer, scaler, inputs, labels, amp)
+
+    lab.compare_training(spy, CPU, torch.float16, examples=48, test_examples=8, epochs=1, batch_size=16)
+    assert seen == [(None, True, 16)] * 3 + [(torch.float16, False, 16)] * 3
+
+
+def test_run_steps_steps_the_scheduler_only_after_real_steps():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    scaler = torch.amp.GradScaler("cpu")
+    batches = [(torch.randn(8, 4), torch.randint(2, (8,))) for _ in range(3)]
+
+    def step_with_inf_at_the_second(model, optimizer, scaler, inputs, labels, amp):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.amp.autocast("cpu", dtype=amp):
+            loss = F.cross_entropy(model(inputs), labels)
+        scaler.scale(loss).backward()
+        if len(seen) == 1:
+            model.bias.grad[0] = float("inf")
+        seen.append(1)
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    seen = []
+    log = lab.run_steps(step_with_inf_at_the_second, model, batches, optimizer, amp_dtype=torch.float16,
+                        scaler=scaler, scheduler=scheduler, epochs=1)
+    assert log.skipped_steps == 1 and log.scheduler_steps == 2 and len(log.losses) == 3
+    assert log.scales == [65536.0, 32768.0, 32768.0]
+
+
+def test_dtype_counts_counts_each_ops_output_dtypes_in_order_of_first_sight():
+    ops = [("convolution", [torch.bfloat16]), ("native_batch_norm", [torch.bfloat16, torch.float32, torch.float32]),
+           ("convolution", [torch.bfloat16]), ("detach", [])]
+    assert lab.dtype_counts(ops) == {"convolution": "bfloat16 x2", "native_batch_norm": "bfloat16 x1, float32 x2"}
+    assert list(lab.dtype_counts(ops)) == ["convolution", "native_batch_norm"]  # order of first sight
+
+
+def comparison(ratio, low, high, verdict):
+    return helpers.timing.Comparison(ratio, low, high, verdict, 0.01, 0.01 / ratio, 2)
+
+
+BF16_AUTOCAST = helpers.Advice(torch.bfloat16, "autocast", "CPU (avx512_bf16): native bf16")
+FLOAT32 = helpers.Advice(torch.float32, "float32", "CPU (no AVX512 or 16-bit flags): no native 16-bit")
+
+
+def test_rule_agreement_says_agrees_when_the_measurement_matches_the_rule():
+    faster = comparison(1.3, 1.2, 1.4, "faster")
+    assert lab.rule_agreement(BF16_AUTOCAST, faster, torch.bfloat16, 32).startswith("Agrees with the rule")
+    for verdict in ("slower", "no clear difference"):
+        measured = comparison(0.5, 0.4, 0.6, verdict)
+        assert lab.rule_agreement(FLOAT32, measured, torch.bfloat16, 8).startswith("Agrees with the rule")
+
+
+def test_rule_agreement_prints_a_disagreement_as_a_finding_with_its_likely_reason():
+    slower = comparison(0.6, 0.5, 0.7, "slower")
+    text = lab.rule_agreement(BF16_AUTOCAST, slower, torch.bfloat16, 32)
+    assert text.startswith("Finding: the rule advises autocast") and "small model" in text and "batch 32" in text
+    noisy = comparison(1.05, 0.3, 2.5, "no clear difference")
+    text = lab.rule_agreement(BF16_AUTOCAST, noisy, torch.bfloat16, 32)
+    assert text.startswith("Finding:") and "busy machine" in text and "0.30x to 2.50x" in text
+    faster = comparison(1.5, 1.3, 1.7, "faster")
+    text = lab.rule_agreement(FLOAT32, faster, torch.bfloat16, 8)
+    assert text.startswith("Finding: the rule advises float32") and "halve those bytes" in text
+
+
+def test_rule_agreement_when_the_rule_cannot_tell_or_names_another_dtype():
+    measure = helpers.Advice(None, "measure", "CPU flags unreadable here")
+    text = lab.rule_agreement(measure, comparison(1.3, 1.2, 1.4, "faster"), torch.bfloat16, 32)
+    assert "cannot tell" in text and "this measurement decides" in text
+    fp16 = helpers.Advice(torch.float16, "autocast + GradScaler", "Tesla T4 (sm_75)")
+    text = lab.rule_agreement(fp16, comparison(1.3, 1.2, 1.4, "faster"), torch.bfloat16, 32)
+    assert "in float16, not the dtype measured here" in text
+
+
+def test_03_6_smallest_update_that_changes_two_in_float16():
     expected = helpers.spacing(2.0, torch.float16).item()  # the gap after 2.0; half of it is a tie
     assert expected == 2.0**-9
-    assert solution("03.5") == expected
-    assert helpers.exercises.grade("03.5", 2.0**-9) is True
-    assert helpers.exercises.grade("03.5", 2.0**-10) is False
-    assert helpers.exercises.grade("03.5", 0.00195) is True   # rounded as printed: accepted (TOLERANCES)
-    assert helpers.exercises.grade("03.5", 2.0**-8) is False
+    assert solution("03.6") == expected
+    assert helpers.exercises.grade("03.6", 2.0**-9) is True
+    assert helpers.exercises.grade("03.6", 2.0**-10) is False
+    assert helpers.exercises.grade("03.6", 0.00195) is True   # rounded as printed: accepted (TOLERANCES)
+    assert helpers.exercises.grade("03.6", 2.0**-8) is False
 
 
-def test_03_6_cdist_runs_in_float32_under_cpu_autocast():
-    assert solution("03.6") == torch.float32
-    assert helpers.exercises.grade("03.6", torch.float32) is True
-    assert helpers.exercises.grade("03.6", torch.bfloat16) is False
+def test_03_7_cdist_runs_in_float32_under_cpu_autocast():
+    assert solution("03.7") == torch.float32
+    assert helpers.exercises.grade("03.7", torch.float32) is True
+    assert helpers.exercises.grade("03.7", torch.bfloat16) is False
 
 
 def test_03_4_counts_the_casts_of_the_backward_pass():
@@ -56,6 +154,104 @@ def test_03_4_counts_the_casts_of_the_backward_pass():
     assert solution("03.4") == 4 + 2 + 1
     assert helpers.exercises.grade("03.4", 7) is True
     assert helpers.exercises.grade("03.4", 8) is False   # the forward pass's count
+
+
+@pytest.mark.parametrize("key, answer", [("03.4", 7), ("03.4", 8), ("03.5", 5), ("03.5", 9), ("03.7", torch.float32)])
+def test_number_checks_leave_the_learners_generator_alone(key, answer):
+    torch.manual_seed(1234)
+    state = torch.random.get_rng_state()
+    helpers.exercises.grade(key, answer)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+class ParameterCastCounter(TorchDispatchMode):
+    """A learner's dispatch mode as notebook 03 section 3 teaches it: casts whose source is a Parameter."""
+
+    def __init__(self, count_to=True):
+        super().__init__()
+        self.names = ("_to_copy", "to") if count_to else ("_to_copy",)
+        self.parameter_casts = self.casts = self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        if func.overloadpacket.__name__ in self.names:
+            self.casts += 1
+            self.parameter_casts += isinstance(args[0], nn.Parameter)
+        return out
+
+
+def learner_counts(grad_mode=torch.enable_grad, count_to=True, calls=1):
+    """What the learner's counter gives for 03.5's model, the model built as the exercise cell builds it."""
+    torch.manual_seed(0)
+    model = sol.exercise_03_5_model()
+    tokens, labels = torch.tensor([1, 4, 9, 2]), torch.tensor([0, 1, 2, 3])
+    with grad_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(calls):
+            counter = ParameterCastCounter(count_to)
+            with counter:
+                F.cross_entropy(model(tokens), labels)
+    return counter
+
+
+def test_03_5_parameter_casts_of_one_forward_are_accepted():
+    # 2 (first linear) + 2 (the shared layer, cached after its first use) + 1 (bias-free output); none for
+    # the embedding: embedding is on no CPU autocast list.
+    assert learner_counts().parameter_casts == 5
+    assert feedback("03.5", 5) is None
+    assert feedback("03.5", torch.tensor(5)) is None
+    assert feedback("03.5", learner_counts(torch.no_grad).parameter_casts) is None  # no_grad caches too
+
+
+def test_03_5_plausible_wrong_counts_are_named():
+    every_cast = learner_counts().casts                                        # activations too
+    second = learner_counts(calls=2)                                           # same context: cached
+    inference = learner_counts(torch.inference_mode)                           # no cache; casts are `to`
+    inference_to_copy_only = learner_counts(torch.inference_mode, count_to=False)
+    ops = learner_counts().ops
+    parameters = len(list(sol.exercise_03_5_model().parameters()))
+    expected = {
+        every_cast: "that counts every cast, activations too",
+        parameters: "that is the number of parameter tensors, not of casts",
+        second.parameter_casts: "that is a second forward in the same context",
+        inference_to_copy_only.parameter_casts: "that is a second forward in the same context",
+        second.casts: "that counts a second forward in the same context",
+        inference.parameter_casts: "that is the count under inference_mode",
+        inference.casts: "that counts every cast under inference_mode",
+        ops: "that counts every op the forward ran, not only the casts",
+        ops - every_cast: "that counts the ops that are not casts",
+    }
+    assert (every_cast, parameters, second.parameter_casts, inference.parameter_casts) == (7, 6, 0, 9)
+    assert len(set(expected) | {5}) == len(expected) + 1  # each wrong count differs from the others and from 5
+    for answer, start in expected.items():
+        assert feedback("03.5", answer).startswith(start), answer
+
+
+def test_03_5_the_notebook_builds_the_model_the_check_counts():
+    import ast
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
+    cells = [cell for cell in json.loads(path.read_text())["cells"]
+             if cell["cell_type"] == "code" and "model_5 = " in "".join(cell["source"])]
+    assert len(cells) == 1
+    namespace = {"torch": torch, "nn": nn}
+    exec(compile(ast.parse("".join(cells[0]["source"])), path.name, "exec"), namespace)
+    with torch.random.fork_rng(devices=[]):
+        assert repr(namespace["model_5"]) == repr(sol.exercise_03_5_model())
+    assert namespace["answer_5"] is None
+    torch.manual_seed(0)
+    model = sol.exercise_03_5_model()
+    for mine, theirs in zip(model.state_dict().values(), namespace["model_5"].state_dict().values()):
+        assert torch.equal(mine, theirs)
+
+
+def test_03_5_other_numbers_and_types_are_told_apart():
+    assert feedback("03.5", 4) == "that is not the number of parameter casts of one forward pass (the hint may help)"
+    assert feedback("03.5", 5.0) == "the answer should be an int (a count), not float"
+    assert feedback("03.5", True) == "the answer should be an int (a count), not bool"
+    assert feedback("03.5", "5") == "the answer should be an int (a count), not str"
 
 
 def autocast_if(on: bool):
@@ -282,7 +478,7 @@ def detector_with(loss_of, features, grad_scaler, steps, autocast=True):
     return losses
 
 
-@pytest.mark.parametrize("key", ["03.5", "03.6", "03.4", "03.1", "03.2", "03.3"])
+@pytest.mark.parametrize("key", ["03.5", "03.6", "03.7", "03.4", "03.1", "03.2", "03.3"])
 def test_unanswered(key, capsys):
     assert helpers.check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out

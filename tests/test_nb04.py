@@ -5,6 +5,7 @@ line each prints is asserted."""
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import helpers
 from helpers import nb04 as lab
@@ -181,13 +182,48 @@ def given(*names: str):
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "notebooks" / "04_grad_scaler.ipynb"
-    namespace = {"torch": torch, "nn": nn, "lab": lab}
+    namespace = {"torch": torch, "nn": nn, "F": F, "lab": lab, "device": torch.device("cpu"), "accumulation_steps": 4}
     for cell in json.loads(path.read_text())["cells"]:
         tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
         for node in tree.body if tree else []:
             if isinstance(node, ast.FunctionDef) and node.name in names:
                 exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
     return tuple(namespace[name] for name in names)
+
+
+def micro_batches(count: int, seed: int = 1) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(16, 32, generator=g), torch.randint(4, (16,), generator=g)) for _ in range(count)]
+
+
+def test_drop_last_drops_samples_not_a_leftover_group_of_micro_batches():
+    samples = torch.utils.data.TensorDataset(torch.randn(100, 32), torch.randint(4, (100,)))
+    assert len(torch.utils.data.DataLoader(samples, batch_size=16, drop_last=True)) == 6  # 6 % 4 == 2 left
+
+
+def test_section_1_accumulate_steps_the_partial_group_and_leaves_nothing_in_grad():
+    (accumulate,) = given("accumulate")
+    net, steps, waiting = accumulate(micro_batches(6), step_the_tail=True)
+    assert (steps, waiting) == ([[4, 4, 4, 4], [2, 2]], []) and net.weight.grad is None
+    net, steps, waiting = accumulate(micro_batches(6), step_the_tail=False)
+    assert (steps, waiting) == ([[4, 4, 4, 4]], [4, 4]) and net.weight.grad is not None  # waits for next epoch
+    for tail in (False, True):  # whole groups: both loops alike
+        assert accumulate(micro_batches(8), step_the_tail=tail)[1:] == ([[4] * 4] * 2, [])
+
+
+def test_section_1_partial_group_step_is_the_mean_gradient_of_its_micro_batches():
+    (accumulate,) = given("accumulate")
+    tail = micro_batches(2, seed=3)
+    net, steps, _ = accumulate(tail, step_the_tail=True)  # one partial group of 2: one step, lr 0.1
+    assert steps == [[2, 2]]
+    torch.manual_seed(0)
+    reference = nn.Linear(32, 4)  # the same initial weights, float32, the mean loss over both micro-batches
+    inputs = torch.cat([x for x, _ in tail])
+    labels = torch.cat([y for _, y in tail])
+    F.cross_entropy(reference(inputs), labels).backward()
+    update = (reference.weight - net.weight).detach() / 0.1
+    assert torch.allclose(update, reference.weight.grad, rtol=0.02, atol=1e-4)
+    assert not torch.allclose(update / 2, reference.weight.grad, rtol=0.1, atol=1e-4)  # divided by 4: half
 
 
 def clip_step(order: str, max_norm_factor=None):
@@ -240,6 +276,38 @@ def test_04_3_the_given_step_numbers_and_a_disabled_scaler_are_rejected():
     assert feedback("04.3", disabled) == "the optimizer stepped without the scaler"
     for typed in (lab.CLIP_NORM, 1e-4, torch.tensor(1e-4), lab.update_norm(unscale_then_clip, lab.CLIP_NORM)):
         assert feedback("04.3", typed) == "the answer should be your repaired function clip_and_step itself"
+
+
+def test_04_3_a_wrong_max_norm_is_named_not_blamed_on_clipping():
+    for wrong in (1.0, lab.CLIP_NORM, 1e-3):  # a typed limit: above the true norm, the notebook's, another
+        def typed_limit(model, optimizer, scaler, loss, max_norm, wrong=wrong):
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), wrong)
+            scaler.step(optimizer)
+            scaler.update()
+
+        assert feedback("04.3", typed_limit) == (
+            f"clip_grad_norm_ was given max_norm={wrong:g}, not the max_norm argument (0.0003)"), wrong
+
+
+def test_04_3_unscale_twice_is_named():
+    # unscale_ added before clipping, the given one after it left in place: the second call raises
+    twice = clip_step("scaled, unscale, clip, unscale, step, update")
+    assert feedback("04.3", twice) == ("unscale_ ran twice before update(): call scaler.unscale_(optimizer) "
+                                       "once per step, before clipping")
+
+    def divided_again(model, optimizer, scaler, loss, max_norm):  # unscale_, then a division of its own
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        for p in model.parameters():
+            p.grad /= scaler.get_scale()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+    assert feedback("04.3", divided_again) == ("the gradients were divided by the scale twice before clipping: "
+                                               "unscale_ once, and divide nothing yourself")
 
 
 def test_04_3_right_repairs_written_differently_pass():

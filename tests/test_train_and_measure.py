@@ -182,3 +182,37 @@ def test_fastest_time_is_the_fastest_block(monkeypatch):
 
     monkeypatch.setattr(measure, "time_it", lambda fn, min_run_time=0.5: SimpleNamespace(times=[3e-3, 1e-3, 2e-3]))
     assert measure.fastest_time(lambda: None) == 1e-3
+
+
+def notebook_03_train_step():
+    """``train_step`` exactly as notebook 03 section 4 types it (the recipe, taught there)."""
+    import ast
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
+    for cell in json.loads(path.read_text())["cells"]:
+        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
+        for node in tree.body if tree else []:
+            if isinstance(node, ast.FunctionDef) and node.name == "train_step":
+                namespace = {"torch": torch, "F": F, "device": torch.device("cpu")}
+                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
+                return namespace["train_step"]
+    raise LookupError("train_step")
+
+
+@pytest.mark.parametrize("amp_dtype", [None, torch.bfloat16, torch.float16])
+def test_amp_step_is_the_step_notebook_03_teaches(amp_dtype):
+    """helpers.amp_step (used by notebook 07 and tools/bench.py) does what 03 §4's cell does, bit for bit."""
+    train_step = notebook_03_train_step()
+    weights = []
+    for step in ("notebook", "helpers"):
+        model, optimizer, loader = tiny_setup()
+        scaler = torch.amp.GradScaler("cpu") if amp_dtype == torch.float16 else None
+        for inputs, labels in loader:
+            if step == "notebook":
+                train_step(model, optimizer, scaler, inputs, labels, amp_dtype)
+            else:
+                helpers.amp_step(model, inputs, labels, optimizer, amp_dtype=amp_dtype, scaler=scaler)
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))

@@ -3,7 +3,9 @@
 The fix-the-code exercises are answered with the learner's repaired function (03.1, 03.3) or
 class (03.2): each judge's ``why_not`` runs it on fresh seeded objects, enters autocast itself and
 watches what the repair changes (where autocast is on, which ops ran in which dtype, what the
-scaler did), so that no typed number and no symptom-hiding repair passes.
+scaler did), so that no typed number and no symptom-hiding repair passes. 03.5's judge counts
+the parameter casts itself and names each plausible wrong count (every cast, a second forward in
+the same context, inference_mode, every op). No check changes the learner's global generator.
 """
 import math
 from typing import Callable
@@ -14,7 +16,7 @@ from torch.nn import functional as F
 
 from ..data import shapes_dataset
 from ..device import autocast_state
-from ..dtype_trace import record_ops
+from ..dtype_trace import OpObserver, record_ops
 from ..model import ShapesCNN
 
 
@@ -48,19 +50,99 @@ def _smallest_power_of_two_that_changes_2_in_float16() -> float:
 
 
 def _cdist_dtype_under_cpu_autocast() -> torch.dtype:
-    a, b = torch.randn(4, 3), torch.randn(5, 3)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 3, generator=g)
+    b = torch.randn(5, 3, generator=g)
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         return torch.cdist(a, b).dtype
 
 
 def _casts_in_the_backward_of_an_autocast_forward_and_loss() -> int:
-    torch.manual_seed(0)
-    model = ShapesCNN().train()
+    with torch.random.fork_rng(devices=[]):  # the learner's global generator left as it was
+        torch.manual_seed(0)
+        model = ShapesCNN().train()
     inputs, labels = shapes_dataset("train", n=4).tensors
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         loss = F.cross_entropy(model(inputs), labels)
     _, records = record_ops(loss.backward)
     return sum(record.name == "_to_copy" for record in records)
+
+
+def exercise_03_5_model() -> nn.Sequential:
+    """03.5's model: an embedding, a linear layer, one linear layer used three times, a bias-free
+    output layer (the caller seeds or forks the generator)."""
+    shared = nn.Linear(32, 32)
+    return nn.Sequential(nn.Embedding(10, 16), nn.Linear(16, 32), nn.ReLU(),
+                         shared, nn.ReLU(), shared, nn.ReLU(), shared, nn.Linear(32, 4, bias=False))
+
+
+CAST_NAMES = ("_to_copy", "to")  # "to" where ops are not decomposed (under inference_mode)
+
+
+def _name_and_source(func, args: tuple) -> tuple[str, bool]:
+    """An op's name, and whether its first argument is a parameter."""
+    return func.overloadpacket.__name__, bool(args) and isinstance(args[0], nn.Parameter)
+
+
+def count_03_5(grad_mode: Callable, calls: int = 2) -> list[dict[str, int]]:
+    """Per call, ``calls`` forward passes and losses of 03.5's model in ONE CPU bfloat16 autocast
+    context under ``grad_mode``: casts of a parameter, all casts, all ops."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = exercise_03_5_model()
+    tokens = torch.tensor([1, 4, 9, 2])
+    labels = torch.tensor([0, 1, 2, 3])
+    counts = []
+    with grad_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(calls):
+            seen = []
+            observer = OpObserver(lambda func, args, kwargs, out: seen.append(
+                _name_and_source(func, args)))
+            with observer:
+                F.cross_entropy(model(tokens), labels)
+            casts = [is_parameter for name, is_parameter in seen if name in CAST_NAMES]
+            counts.append({"parameter casts": sum(casts), "casts": len(casts), "ops": len(seen)})
+    return counts
+
+
+def wrong_counts_03_5() -> list[tuple[int, str]]:
+    """03.5's plausible wrong answers on this torch, each with what is wrong, first match first."""
+    first, second = count_03_5(torch.enable_grad)
+    inference = count_03_5(torch.inference_mode, calls=1)[0]
+    with torch.random.fork_rng(devices=[]):
+        parameters = len(list(exercise_03_5_model().parameters()))
+    every_cast = ("that counts every cast, activations too (the embedding's output, the logits): "
+                  "count only the casts whose source is an nn.Parameter")
+    parameter_tensors = ("that is the number of parameter tensors, not of casts: the embedding's "
+                         "weight is not cast, and each parameter is cast once per context")
+    cached = ("that is a second forward in the same context (the cast weights come from the "
+              "cache), or _to_copy alone under inference_mode (there a cast is `to`): count the "
+              "first forward, gradients enabled")
+    second_forward = ("that counts a second forward in the same context, whose weights come from "
+                      "the cache: count the first forward of a fresh context")
+    no_cache = ("that is the count under inference_mode, where autocast caches nothing and the "
+                "shared layer is cast at each use: count with gradients enabled")
+    inference_casts = ("that counts every cast under inference_mode: count parameter casts, with "
+                       "gradients enabled")
+    return [(first["casts"], every_cast),
+            (parameters, parameter_tensors),
+            (second["parameter casts"], cached),
+            (second["casts"], second_forward),
+            (inference["parameter casts"], no_cache),
+            (inference["casts"], inference_casts),
+            (first["ops"], "that counts every op the forward ran, not only the casts"),
+            (first["ops"] - first["casts"], "that counts the ops that are not casts")]
+
+
+def _why_not_03_5(answer: object) -> str | None:
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        return f"the answer should be an int (a count), not {type(answer).__name__}"
+    if answer == count_03_5(torch.enable_grad, calls=1)[0]["parameter casts"]:
+        return None
+    for count, reason in wrong_counts_03_5():
+        if answer == count:
+            return reason
+    return "that is not the number of parameter casts of one forward pass (the hint may help)"
 
 
 def exercise_03_1_setup() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
@@ -215,12 +297,14 @@ def _why_not_03_3(train: Callable) -> str | None:
 
 
 SOLUTIONS = {
-    # 03.5: smallest power of two that changes a float16 weight of 2.0 when added
-    "03.5": _smallest_power_of_two_that_changes_2_in_float16,
-    # 03.6: dtype of torch.cdist on float32 inputs under CPU bfloat16 autocast
-    "03.6": _cdist_dtype_under_cpu_autocast,
+    # 03.6: smallest power of two that changes a float16 weight of 2.0 when added
+    "03.6": _smallest_power_of_two_that_changes_2_in_float16,
+    # 03.7: dtype of torch.cdist on float32 inputs under CPU bfloat16 autocast
+    "03.7": _cdist_dtype_under_cpu_autocast,
     # 03.4: casts (_to_copy) in the backward of a ShapesCNN forward + loss under CPU bf16 autocast
     "03.4": _casts_in_the_backward_of_an_autocast_forward_and_loss,
+    # 03.5: parameter casts of one forward + loss of exercise_03_5_model (fresh context)
+    "03.5": lambda: Judge(_why_not_03_5, "count", "count"),
     # 03.1: a five-step training function with a fresh autocast context per forward pass
     "03.1": lambda: Judge(_why_not_03_1, "function", "train_five_steps"),
     # 03.2: a NearestCentre class whose distances stay right under autocast (a float32 island)
@@ -229,6 +313,6 @@ SOLUTIONS = {
     "03.3": lambda: Judge(_why_not_03_3, "function", "train_detector"),
 }
 
-# 03.5's answer, 2**-9 = 0.001953125, is often typed rounded (0.00195); its neighbours 2**-8 and
+# 03.6's answer, 2**-9 = 0.001953125, is often typed rounded (0.00195); its neighbours 2**-8 and
 # 2**-10 are a factor of 2 away, so 1 % tolerance accepts the rounding and nothing else.
-TOLERANCES = {"03.5": 0.01}
+TOLERANCES = {"03.6": 0.01}

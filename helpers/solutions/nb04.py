@@ -1,6 +1,7 @@
 """Solutions to notebook 04's exercises, computed with PyTorch; the fix-the-code exercises (04.3-5)
 are judged by running the learner's functions on runs of the judge's own (see ``Judge``)."""
 import io
+import math
 import pickle
 from typing import Callable
 
@@ -137,34 +138,98 @@ def _fp16_loss(net: nn.Module, inputs: torch.Tensor, target: torch.Tensor) -> to
         return F.mse_loss(net(inputs), target)
 
 
+class _WatchedClipping:
+    """Inside it, ``torch.nn.utils.clip_grad_norm_`` records the ``max_norm`` it was given and the
+    total norm of the gradients it saw (a learner's ``nn.utils.clip_grad_norm_(...)`` calls it)."""
+
+    def __init__(self):
+        self.calls: list[tuple[float, float]] = []  # (max_norm given, gradient norm seen)
+        self.original = nn.utils.clip_grad_norm_
+
+    def clip(self, parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        norm = self.original(parameters, max_norm, *args, **kwargs)
+        self.calls.append((float(max_norm), float(norm)))
+        return norm
+
+    def __enter__(self):
+        nn.utils.clip_grad_norm_ = self.clip
+        return self
+
+    def __exit__(self, *exc):
+        nn.utils.clip_grad_norm_ = self.original
+
+
+def _run_04_3(step_fn: Callable, inject: bool, max_norm: float, init_scale: float) -> dict:
+    """Run the learner's step once on the judge's problem; what happened."""
+    net, inputs, target = _faint_problem(seed=11)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
+    scaler = _WatchedScaler("cpu", init_scale=init_scale)
+    outside = []
+    optimizer.register_step_pre_hook(lambda *args: outside.append(not scaler.stepping))
+    if inject:
+        net[0].bias.register_hook(lambda grad: torch.full_like(grad, float("inf")))
+    before = [p.detach().clone() for p in net.parameters()]
+    raised = None
+    with _WatchedClipping() as clipping:
+        try:
+            step_fn(net, optimizer, scaler, _fp16_loss(net, inputs, target), max_norm)
+        except RuntimeError as error:
+            raised = error
+    change = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, net.parameters())])
+    return {"outside": any(outside), "calls": scaler.calls, "clips": clipping.calls,
+            "raised": raised, "update": change.norm().item(),
+            "changed": bool(change.abs().sum() != 0)}
+
+
+def _true_gradient_norm() -> float:
+    """The norm of the judge problem's float16-autocast gradients, unscaled."""
+    net, inputs, target = _faint_problem(seed=11)
+    _fp16_loss(net, inputs, target).backward()
+    return torch.cat([p.grad.flatten() for p in net.parameters()]).norm().item()
+
+
+def _wrong_length(run: dict, max_norm: float, scale: float) -> str:
+    """What made a clean step's update another length than ``max_norm``, as the spies tell."""
+    kind = "shorter" if run["update"] < max_norm else "longer"
+    if not run["clips"]:
+        return (f"the update is {kind} than max_norm: the gradients were not clipped "
+                "(clip_grad_norm_)")
+    given, seen = run["clips"][0]
+    true_norm = _true_gradient_norm()
+    if seen > true_norm * scale / 4 and given < max_norm * 4:
+        return f"the update is {kind} than max_norm: clipping saw the scaled gradients"
+    if seen < true_norm * 4 / scale:
+        return ("the gradients were divided by the scale twice before clipping: unscale_ once, and "
+                "divide nothing yourself")
+    if not math.isclose(given, max_norm, rel_tol=1e-6):
+        return (f"clip_grad_norm_ was given max_norm={given:g}, not the max_norm argument "
+                f"({max_norm:g})")
+    return f"the update is {run['update']:.2e} long, not max_norm ({max_norm:g})"
+
+
 def _why_not_04_3(step_fn: Callable) -> str | None:
     """Run the learner's step twice on data of its own: once clean (its update must be exactly
     ``max_norm`` long, through the scaler), once with an inf gradient (the step must be skipped)."""
     max_norm = 3e-4  # not the notebook's CLIP_NORM; the true norm is ~100x larger
+    scale = 2.0**12
     for inject in (False, True):
-        net, inputs, target = _faint_problem(seed=11)
-        optimizer = torch.optim.SGD(net.parameters(), lr=1.0)
-        scaler = _WatchedScaler("cpu", init_scale=2.0**12)
-        outside = []
-        optimizer.register_step_pre_hook(lambda *args: outside.append(not scaler.stepping))
-        if inject:
-            net[0].bias.register_hook(lambda grad: torch.full_like(grad, float("inf")))
-        before = [p.detach().clone() for p in net.parameters()]
-        step_fn(net, optimizer, scaler, _fp16_loss(net, inputs, target), max_norm)
-        change = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, net.parameters())])
-        if any(outside):
+        run = _run_04_3(step_fn, inject, max_norm, scale)
+        if run["raised"] is not None and run["calls"]["unscale_"] > 1:
+            return ("unscale_ ran twice before update(): call scaler.unscale_(optimizer) once "
+                    "per step, before clipping")
+        if run["raised"] is not None:
+            raise run["raised"]
+        if run["outside"]:
             return "the optimizer stepped without the scaler"
-        if not scaler.calls["scale"]:
+        if not run["calls"]["scale"]:
             return "the loss was not scaled (scaler.scale(loss).backward())"
-        if not scaler.calls["step"] or not scaler.calls["update"]:
+        if not run["calls"]["step"] or not run["calls"]["update"]:
             return "it should end with scaler.step(optimizer) and scaler.update()"
-        if inject:
-            if change.abs().sum() != 0:
-                return "with an inf gradient the step was applied instead of skipped"
-        elif change.norm() < max_norm * (1 - 1e-3):
-            return "the update is shorter than max_norm: clipping saw the scaled gradients"
-        elif change.norm() > max_norm * (1 + 1e-3):
-            return "the update is longer than max_norm: the gradients were not clipped"
+        if inject and run["changed"]:
+            return "with an inf gradient the step was applied instead of skipped"
+        if not inject and not math.isclose(run["update"], max_norm, rel_tol=1e-3):
+            return _wrong_length(run, max_norm, scale)
     return None
 
 
