@@ -81,21 +81,29 @@ def describe_device(device: str | torch.device = "cpu") -> dict:
 def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
     """The 16-bit dtypes the described device computes natively and autocast can use there
     (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts)."""
+    native = []
     if d["device"] == "cuda" and not d.get("hip"):
         capability = tuple(d["capability"])  # (7, 5), or [7, 5] from JSON
-        tensor_cores = capability >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"])
-        bf16 = (torch.bfloat16,) * (capability >= (8, 0))
-        return bf16 + (torch.float16,) * tensor_cores
-    if d["device"] == "mps":  # MPS autocast: fp16 from torch 2.5; bf16 from 2.6, on macOS 14+
-        bf16 = version_tuple(d["torch"]) >= (2, 6) and version_tuple(d["macos"]) >= (14,)
-        return (torch.bfloat16,) * bf16 + (torch.float16,) * (version_tuple(d["torch"]) >= (2, 5))
-    if d["device"] != "cpu" or unknown_reason(d):
-        return ()  # unknown: ROCm, XPU, unreadable flags, Apple CPUs (wheels may lack oneDNN)
-    flags = set(d["flags"])
-    if d["arch"] in ("aarch64", "arm64"):
-        return (torch.bfloat16,) * ("bf16" in flags)
-    return (torch.bfloat16,) * bool({"avx512_bf16", "amx_bf16"} & flags) + (torch.float16,) * (
-        "amx_fp16" in flags)
+        if capability >= (8, 0):
+            native.append(torch.bfloat16)
+        if capability >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"]):
+            native.append(torch.float16)  # tensor cores
+    elif d["device"] == "mps":  # MPS autocast: fp16 from torch 2.5; bf16 from 2.6, on macOS 14+
+        if version_tuple(d["torch"]) >= (2, 6) and version_tuple(d["macos"]) >= (14,):
+            native.append(torch.bfloat16)
+        if version_tuple(d["torch"]) >= (2, 5):
+            native.append(torch.float16)
+    elif d["device"] == "cpu" and not unknown_reason(d):  # else unknown: ROCm, XPU, no flags, Apple
+        flags = set(d["flags"])
+        if d["arch"] in ("aarch64", "arm64"):
+            bf16_flags = {"bf16"}  # Arm's BF16
+        else:
+            bf16_flags = {"avx512_bf16", "amx_bf16"}
+        if bf16_flags & flags:
+            native.append(torch.bfloat16)
+        if "amx_fp16" in flags:
+            native.append(torch.float16)
+    return tuple(native)
 
 
 class Advice(NamedTuple):
