@@ -92,16 +92,59 @@ def onednn_conv_kernels() -> dict[str, list[str]]:
     return kernels
 
 
-def sweep_table(entries: Sequence[dict]) -> str:
-    """The sweep as a text table: images/s, latency, MiB per request (reserved MiB: CUDA only)."""
-    lines = [f"{'mode':18} {'batch':>5} {'images/s':>9} {'latency ms':>11} {'MiB/request':>12} "
-             f"{'reserved MiB':>13}"]
+def photo_batch(photo: torch.Tensor, n: int, side: int) -> torch.Tensor:
+    """``n`` copies of the photo at ``side`` x ``side``, channels_last: the requests of one batch."""
+    images = resize(photo, side).expand(n, -1, -1, -1)
+    return images.contiguous(memory_format=torch.channels_last)
+
+
+def memory_table(entries: Sequence[dict]) -> str:
+    """The memory sweep as a text table: MiB of tensors per request (reserved MiB: CUDA only)."""
+    lines = [f"{'mode':18} {'batch':>5} {'MiB/request':>12} {'reserved MiB':>13}"]
     for e in entries:
+        per_request = e["peak_memory_bytes"] / e["batch"] / 2**20
         reserved = e.get("peak_reserved_bytes")
-        lines.append(f"{e['dtype']:18} {e['batch']:5} {e['images_per_s']:9.1f} "
-                     f"{e['latency_ms']:11.1f} {e['peak_memory_bytes'] / e['batch'] / 2**20:12.2f} "
-                     f"{'-' if reserved is None else f'{reserved / 2**20:.1f}':>13}")
+        reserved_text = "-" if reserved is None else f"{reserved / 2**20:.1f}"
+        lines.append(f"{e['dtype']:18} {e['batch']:5} {per_request:12.2f} {reserved_text:>13}")
     return "\n".join(lines)
+
+
+def rule_says_faster(advice, dtype: torch.dtype, how: str) -> bool:
+    """Does the rule's ``advice`` pick this variant (``how``: "autocast" or "16-bit weights")?"""
+    return advice.dtype == dtype and advice.how.startswith(how)
+
+
+def against_rule(advice, results: dict[tuple[torch.dtype, str], Any]) -> list[str]:
+    """One line per measured variant: agrees with the rule's ``advice``, or a finding with its likely reason.
+
+    ``results`` maps ``(dtype, how)`` to a :class:`helpers.timing.Comparison` against float32.
+    """
+    lines = []
+    for (dtype, how), comparison in results.items():
+        name = f"{how} {str(dtype).removeprefix('torch.')}"
+        advised = rule_says_faster(advice, dtype, how)
+        if advice.dtype is None:
+            lines.append(f"{name}: {comparison.verdict}; the rule says measure: this is the measurement")
+        elif advised and comparison.verdict == "faster":
+            lines.append(f"{name}: faster, as the rule advises")
+        elif not advised and comparison.verdict != "faster":
+            lines.append(f"{name}: {comparison.verdict}; the rule does not advise it: they agree")
+        else:
+            lines.append(f"finding: {name} measured {comparison.verdict} where the rule "
+                         f"{'advises it' if advised else 'does not advise it'}; "
+                         f"likely reason: {likely_reason(advised, how, comparison)}")
+    return lines
+
+
+def likely_reason(advised: bool, how: str, comparison) -> str:
+    """The likeliest cause of a measurement that disagrees with the rule."""
+    if comparison.verdict == "no clear difference":
+        return "the gain is within the margin or the noise of these rounds (a busy machine, a small batch)"
+    if advised and how == "autocast":
+        return "autocast casts every weight again per request, which a small batch does not pay back"
+    if advised:
+        return "this batch is too small to be compute-bound, or a 16-bit kernel here is slower than float32's"
+    return "the rule goes by documented 16-bit units only; this kernel and size are faster here anyway"
 
 
 def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],
