@@ -374,6 +374,17 @@ def test_exercise_05_5_wants_bfloat16_compute_and_float32_reduction():
     assert feedback("05.5", torch.float32) == "hand the check the repaired MixedPrecisionPolicy, not dtype"
 
 
+@pytest.mark.parametrize("field, value", [("reduce_dtype", "float32"), ("reduce_dtype", "torch.float32"),
+                                          ("param_dtype", "bfloat16")])
+def test_exercise_05_5_a_dtype_given_as_a_string_is_told_it_is_a_string(field, value):
+    MixedPrecisionPolicy, _ = ddp_train.fsdp2()
+    fields = {"param_dtype": torch.bfloat16, "reduce_dtype": torch.float32, field: value}
+    text = feedback("05.5", MixedPrecisionPolicy(**fields))
+    assert f"{field} is {value!r}, a str, not a torch.dtype" in text
+    assert "torch.float32" in text or "torch.bfloat16" in text
+    assert "averaged in" not in text
+
+
 # ------------------------------------------------------------------------------ launches: run_job, agents
 
 def test_local_launch_env_drops_job_variables_and_pins_threads_and_loopback():
