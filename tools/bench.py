@@ -1,4 +1,4 @@
-"""Benchmark recorder (course tooling): ``python -m tools.bench`` measures this machine and writes data/benchmarks/*.json.
+"""Benchmark recorder (course tooling): ``python -m tools.bench`` measures this machine, writes data/benchmarks/*.json.
 
 Record format (one JSON file per machine and device; "schema": 1):
 
