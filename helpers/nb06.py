@@ -109,8 +109,8 @@ def memory_table(entries: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def rule_says_faster(advice, dtype: torch.dtype, how: str) -> bool:
-    """Does the rule's ``advice`` pick this variant (``how``: "autocast" or "16-bit weights")?"""
+def advised(advice, dtype: torch.dtype, how: str) -> bool:
+    """Is this variant (``how``: "autocast" or "16-bit weights") the rule's ``advice``?"""
     return advice.dtype == dtype and advice.how.startswith(how)
 
 
@@ -119,32 +119,49 @@ def against_rule(advice, results: dict[tuple[torch.dtype, str], Any]) -> list[st
 
     ``results`` maps ``(dtype, how)`` to a :class:`helpers.timing.Comparison` against float32.
     """
+    if advice.dtype is None:
+        return [f"{describe(key)}: {c.verdict}; the rule says measure: this is the measurement"
+                for key, c in results.items()]
+    pick = next((c for key, c in results.items() if advised(advice, *key)), None)
     lines = []
-    for (dtype, how), comparison in results.items():
-        name = f"{how} {str(dtype).removeprefix('torch.')}"
-        advised = rule_says_faster(advice, dtype, how)
-        if advice.dtype is None:
-            lines.append(f"{name}: {comparison.verdict}; the rule says measure: this is the measurement")
-        elif advised and comparison.verdict == "faster":
+    for key, comparison in results.items():
+        name = describe(key)
+        if advised(advice, *key) and comparison.verdict == "faster":
             lines.append(f"{name}: faster, as the rule advises")
-        elif not advised and comparison.verdict != "faster":
-            lines.append(f"{name}: {comparison.verdict}; the rule does not advise it: they agree")
+        elif advised(advice, *key):
+            reason = advised_not_faster(key[1], comparison)
+            lines.append(f"finding: {name} measured {comparison.verdict}, the rule advises it; likely reason: {reason}")
+        elif comparison.verdict != "faster":
+            lines.append(f"{name}: {comparison.verdict}; not the rule's pick: they agree")
+        elif pick is not None and pick.verdict == "faster":
+            lines.append(f"{name}: faster too; the rule's pick ({advice.how}) also measured faster: they agree")
         else:
-            lines.append(f"finding: {name} measured {comparison.verdict} where the rule "
-                         f"{'advises it' if advised else 'does not advise it'}; "
-                         f"likely reason: {likely_reason(advised, how, comparison)}")
+            reason = unadvised_faster(advice, key[0], pick)
+            lines.append(f"finding: {name} measured faster, not the rule's pick; likely reason: {reason}")
     return lines
 
 
-def likely_reason(advised: bool, how: str, comparison) -> str:
-    """The likeliest cause of a measurement that disagrees with the rule."""
+def describe(key: tuple[torch.dtype, str]) -> str:
+    dtype, how = key
+    return f"{how} {str(dtype).removeprefix('torch.')}"
+
+
+def advised_not_faster(how: str, comparison) -> str:
+    """The likeliest cause of the rule's pick measuring no faster than float32."""
     if comparison.verdict == "no clear difference":
         return "the gain is within the margin or the noise of these rounds (a busy machine, a small batch)"
-    if advised and how == "autocast":
+    if how == "autocast":
         return "autocast casts every weight again per request, which a small batch does not pay back"
-    if advised:
-        return "this batch is too small to be compute-bound, or a 16-bit kernel here is slower than float32's"
-    return "the rule goes by documented 16-bit units only; this kernel and size are faster here anyway"
+    return "this batch is too small to be compute-bound, or a 16-bit kernel here is slower than float32's"
+
+
+def unadvised_faster(advice, dtype: torch.dtype, pick) -> str:
+    """The likeliest cause of a variant the rule does not pick measuring faster than float32 (``pick``: the
+    measurement of the rule's own pick, or None)."""
+    if advice.dtype == dtype and pick is not None:
+        cause = advised_not_faster(advice.how, pick)
+        return f"the 16-bit units pay here, and {advice.how} measured {pick.verdict}: {cause}"
+    return "light work (memory- or overhead-bound: a small batch or image) gains from half the bytes, units or not"
 
 
 def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],

@@ -113,17 +113,27 @@ def test_against_rule_agrees_or_prints_a_finding_with_a_reason():
                (torch.float16, "16-bit weights"): _comparison("faster")}
     lines = nb06.against_rule(advice, results)
     assert lines[0] == "16-bit weights bfloat16: faster, as the rule advises"
-    assert lines[1].startswith("autocast bfloat16: slower; the rule does not advise it: they agree")
-    assert lines[2].startswith("finding: 16-bit weights float16 measured faster where the rule does not advise it")
-    assert "likely reason" in lines[2]
-    unclear = nb06.against_rule(advice, {(torch.bfloat16, "16-bit weights"): _comparison("no clear difference")})
-    assert unclear[0].startswith("finding: 16-bit weights bfloat16 measured no clear difference where the rule advises")
-    assert "noise" in unclear[0]
+    assert lines[1] == "autocast bfloat16: slower; not the rule's pick: they agree"
+    assert lines[2].startswith("16-bit weights float16: faster too; the rule's pick (16-bit weights) also measured")
+    slow_pick = {**results, (torch.bfloat16, "16-bit weights"): _comparison("slower")}
+    lines = nb06.against_rule(advice, slow_pick)
+    assert lines[0].startswith("finding: 16-bit weights bfloat16 measured slower, the rule advises it; likely reason:")
+    assert "too small to be compute-bound" in lines[0]
+    assert lines[2].startswith("finding: 16-bit weights float16 measured faster, not the rule's pick; likely reason")
+    assert "half the bytes" in lines[2]
+    same_dtype = nb06.against_rule(advice, {(torch.bfloat16, "16-bit weights"): _comparison("no clear difference"),
+                                            (torch.bfloat16, "autocast"): _comparison("faster")})
+    assert same_dtype[0].startswith("finding: 16-bit weights bfloat16 measured no clear difference")
+    assert "noise" in same_dtype[0]
+    assert same_dtype[1].startswith("finding: autocast bfloat16 measured faster, not the rule's pick")
+    assert "16-bit weights measured no clear difference: the gain is within the margin" in same_dtype[1]
     autocast_advice = helpers.precision.Advice(torch.bfloat16, "autocast", "a reason")
     slow = nb06.against_rule(autocast_advice, {(torch.bfloat16, "autocast"): _comparison("slower")})
     assert "casts every weight again" in slow[0]
     measure = helpers.precision.Advice(None, "measure", "a reason")
     assert "the rule says measure" in nb06.against_rule(measure, results)[0]
+    float32 = helpers.precision.Advice(torch.float32, "float32", "a reason")
+    assert nb06.against_rule(float32, results)[0].startswith("finding: 16-bit weights bfloat16 measured faster")
 
 
 # --- exercises 06.1-06.3 -----------------------------------------------------------------------------------
