@@ -1,7 +1,8 @@
 """Where inf and NaN first appear: per module (forward hooks) and per ATen op (notebook 07)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

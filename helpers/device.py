@@ -5,16 +5,18 @@ import io
 import logging
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import torch
 
+from .precision import describe_device, native_dtypes
+
 
 def _import_cpp_extension_quietly() -> None:
-    """Import ``torch.utils.cpp_extension`` without torch 2.4's "No CUDA runtime" line."""
+    """Import ``torch.utils.cpp_extension`` without torch 2.4's "No CUDA runtime" line (2.4.1 prints
+    it on a CPU machine when ``torch.utils.benchmark``, which helpers.measure imports, loads it)."""
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     captured = io.StringIO()
     with contextlib.redirect_stderr(captured):
@@ -26,7 +28,6 @@ def _import_cpp_extension_quietly() -> None:
 _import_cpp_extension_quietly()
 
 KNOWN_DEVICE_TYPES = ("cpu", "cuda", "mps")
-X86_MACHINES = ("x86_64", "AMD64")  # platform.machine() on x86-64 Linux/macOS and Windows
 
 
 def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
@@ -181,13 +182,15 @@ def autocast_state(device_type: str = "cpu") -> AutocastState:
 def quiet_native_stderr() -> Iterator[None]:
     """Drop what C++ code writes to stderr (fd 2) in the block (profiler logs); notebook 00 A.2."""
     sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     try:
         yield
     finally:
         os.dup2(saved, 2)
-        os.close(saved), os.close(null)
+        os.close(saved)
+        os.close(null)
 
 
 def _cpuinfo(key: str) -> list[str]:
@@ -204,44 +207,18 @@ def cpu_flags() -> set[str]:
 
 def tensor_cores(device: str | torch.device = "cuda") -> bool:
     """sm_70 on, but not TU116/TU117 (GTX 16xx, MX450/550, T400-T2000: datasheet); 07 §1."""
-    name = torch.cuda.get_device_name(device)
-    return torch.cuda.get_device_capability(device)[0] >= 7 and not re.search(
-        r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b", name)
+    return torch.float16 in native_dtypes(describe_device(device))
 
 
-def fast_dtypes(device: str | torch.device) -> dict[str, str]:
-    """Per dtype, what the hardware *reports* (CPU flags, GPU capability), to explain; 00 §1."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        name, sm = torch.cuda.get_device_name(device), f"sm_{major}{minor}"
-        fast = tensor_cores(device)
-        rate = {(6, 0): "2x", (6, 1): "1/64 of", (7, 5): "2x"}.get((major, minor), "a share of")
-        tf32 = "; TF32 tensor cores if enabled" if major >= 8 else ""
-        return {"float32": f"{name}: full speed FP32{tf32}",
-                "float16": f"{name}: tensor cores ({sm}), fast" if fast else f"{name}: no tensor "
-                f"cores ({sm}); fp16 at {rate} the fp32 rate (datasheet): not fast, measure",
-                "bfloat16": f"{name}: tensor cores ({sm}), fast" if fast and major >= 8
-                else f"{name}: not supported natively before sm_80"}
-    if device.type == "mps":
-        return {"float32": "Apple GPU: baseline", "float16": "Apple GPU: not measured here",
-                "bfloat16": "Apple GPU: autocast from torch 2.6; not measured here"}
-    report = {"float32": "CPU: baseline (vectorised FP32)"}
-    machine = platform.machine() or "unknown architecture"
-    if machine not in X86_MACHINES:  # 16-bit arithmetic varies by chip: only a timing tells
-        unknown = f"CPU ({machine}): unknown on this architecture: measure"
-        return {**report, "bfloat16": unknown, "float16": unknown}
-    for name, short, instructions in (("bfloat16", "bf16", ("avx512_bf16", "amx_bf16")),
-                                      ("float16", "fp16", ("amx_fp16",))):  # matrix units
-        found = sorted(set(instructions) & cpu_flags())
-        report[name] = (
-            f"CPU reports {short} instructions ({', '.join(found)}): oneDNN kernels can use them"
-            if found else f"CPU reports no {'/'.join(instructions)}: {short} matmuls are emulated "
-            "through fp32 (compute-bound work above 00 §2's crossover batch much SLOWER; batch-1 "
-            "layers up to 2x faster where the kernel keeps pace with memory: the ratio says)")
-    if "avx512_fp16" in cpu_flags() and "amx_fp16" not in cpu_flags():  # Sapphire/Emerald Rapids
-        report["float16"] += "; avx512_fp16 alone: fp16 matmuls at fp32's speed (recorded: Xeon)"
-    return report
+def workload(dtype: torch.dtype | str, full: int, reduced: int,
+             device: str | torch.device = "cpu") -> int:
+    """``full`` where ``dtype`` is float32 or native on ``device`` (:func:`native_dtypes`), else
+    ``reduced`` (emulated, or unknown): sizes work by rule, never by a measurement."""
+    name = str(dtype).removeprefix("torch.")
+    native = [str(d).removeprefix("torch.") for d in native_dtypes(describe_device(device))]
+    if name == "float32" or name in native:
+        return full
+    return reduced
 
 
 def environment_report(device: str | torch.device | None = None) -> dict[str, str]:

@@ -8,6 +8,7 @@ import math
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -33,10 +34,24 @@ def tolerance(key: str) -> float:
 
 
 def plain(answer: Any) -> Any:
-    """A one-element tensor as the Python number (or bool) it holds, as ``.item()`` gives it."""
+    """A one-element tensor or NumPy array, or a NumPy scalar (``np.float32``, ``np.int64``, ``np.bool_``), as
+    the Python number or bool it holds, as ``.item()`` gives it."""
     if isinstance(answer, torch.Tensor) and answer.numel() == 1 and not answer.is_meta:
         return answer.item()
+    if isinstance(answer, np.ndarray) and answer.size == 1:
+        return answer.item()
+    if isinstance(answer, np.generic):
+        return answer.item()
     return answer
+
+
+def _dtype_spelled_as_text(answer: Any, expected: Any) -> str | None:
+    """The feedback for a dtype written as a string ("torch.float32", "float32"): the type is wrong, whatever
+    the value. None when ``answer`` is not that mistake."""
+    if not isinstance(expected, torch.dtype) or not isinstance(answer, str):
+        return None
+    return (f"the answer should be a dtype object such as torch.float32 (the name, without quotes), "
+            f"not the string {answer!r}")
 
 
 def _mismatch(answer: Any, expected: Any, rel_tol: float) -> str | None:
@@ -44,9 +59,12 @@ def _mismatch(answer: Any, expected: Any, rel_tol: float) -> str | None:
     if hasattr(expected, "why_not"):  # a judge: runs the learner's code
         try:
             return expected.why_not(answer)
-        except Exception as error:  # noqa: BLE001 - the learner's code failed: say how, never raise
+        except Exception as error:  # the learner's code failed: say how, never raise
             first = (str(error).splitlines() or [""])[0]
             return f"running your code raised {type(error).__name__}: {first}"
+    spelled_as_text = _dtype_spelled_as_text(answer, expected)
+    if spelled_as_text:
+        return spelled_as_text
     number = isinstance(answer, (int, float)) and not isinstance(answer, bool)
     if isinstance(expected, bool):  # 0 is not False: a yes/no question wants True or False
         if not isinstance(answer, bool):
@@ -72,7 +90,8 @@ def feedback(key: str, answer: Any, rel_tol: float | None = None) -> str | None:
 
 def grade(key: str, answer: Any, rel_tol: float | None = None) -> bool | None:
     """True/False, or None if not answered yet (integers exact, yes/no answers booleans, other
-    numbers within ``rel_tol``, default :func:`tolerance`; a one-element tensor is its number)."""
+    numbers within ``rel_tol``, default :func:`tolerance`; a one-element tensor or a NumPy scalar is its
+    number or bool)."""
     return None if answer is None else feedback(key, answer, rel_tol) is None
 
 

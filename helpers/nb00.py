@@ -7,20 +7,25 @@ from dataclasses import dataclass
 import torch
 
 from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
-from .speed import BYTES_ALLOW, MEMORY_BOUNDS, default_sizes
+from . import timing
+from .device import last_level_cache_bytes
 
 COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
 SWEEP_FLOPS = 8e9  # the time budget: float32 FLOPs of the largest batch's call (past batch 32)
+STREAM_CAP = 128 << 20  # the most bytes one 16-bit tensor of the sweep holds (memory and time)
 
 
 def sweep_sizes(device: str | torch.device) -> tuple[int, tuple[int, ...], int, bool]:
-    """(n x n weights, batches, add's elements, inside the cache?) for §2: the profile's sizes."""
-    sizes = default_sizes(device)
+    """(n x n weights, batches, add's elements, inside the cache?) for §2. CPU: each 16-bit
+    tensor 2x the last-level cache where :data:`STREAM_CAP` allows, so the slope is memory's."""
     if torch.device(device).type in ("cuda", "mps"):
-        return 8192, (1, 4, 16, 64, 256, 1024, 4096), sizes.elements, False
-    n = 256 * math.ceil(math.sqrt(sizes.elements) / 256)  # 16-bit weights: the add's vector
+        return 8192, (1, 4, 16, 64, 256, 1024, 4096), 1 << 26, False
+    llc = last_level_cache_bytes()
+    stream = max(8 << 20, min(2 * llc, STREAM_CAP))  # bytes of one 16-bit tensor
+    elements = stream // 2
+    n = 256 * math.ceil(math.sqrt(elements) / 256)  # 16-bit weights: the add's vector
     batches = tuple(b for b in (2**k for k in range(10)) if b <= 32 or 2 * b * n * n <= SWEEP_FLOPS)
-    return n, batches, sizes.elements, sizes.in_cache
+    return n, batches, elements, stream < 2 * llc
 
 
 class Point(collections.namedtuple("Point", "dtype op size flops nbytes seconds")):
@@ -65,28 +70,24 @@ class Roofline:
         return max((b for b, _ in ratios if not lost or b < lost[0]), default=None)
 
     def _words(self, d: str) -> str:
+        """Where ``d``'s weights keep up with float32 (fastest of a few calls each: a reading of
+        the sweep, not a verdict; the batch-1 comparison below gives one)."""
         ratios, tied = self.ratios(d), self.ties_up_to(d)
         if tied == max(ratios):
-            return f"ties or wins (>= 0.9x float32) at every batch measured, 1 to {tied}"
+            return f"keeps up with float32 (0.9x or better) at every batch measured, 1 to {tied}"
         lost = min(b for b, r in ratios.items() if r < 0.9 and b > (tied or 0))
         point = next(p for p in self.points if (p.dtype, p.op, p.size) == (d, "linear", lost))
-        bound = (f"intensity {point.intensity:.1f} > ridge at the fewest bytes: compute-bound "
-                 "(only 16-bit units help) unless it moves more" if point.intensity > self.ridge(d)
-                 else "below the ridge: this kernel moves its bytes slower than float32's")
-        start = f"ties or wins up to batch {tied}" if tied else "slower than float32 from batch 1"
-        return f"{start}; batch {lost}: {ratios[lost]:.2f}x, {bound}"
+        bound = (f"intensity {point.intensity:.1f} > its ridge: compute-bound, only 16-bit units "
+                 "help" if point.intensity > self.ridge(d)
+                 else "below its ridge: this kernel moves its bytes slower than float32's")
+        start = f"keeps up to batch {tied}" if tied else "slower than float32 from batch 1"
+        return f"{start}; from batch {lost} under 0.9x float32 ({bound})"
 
     def __str__(self) -> str:
         lines = [f"{d:>9}: bandwidth roof {self.bandwidth[d] / 1e9:6.1f} GB/s, compute roof "
                  f"{self.compute[d] / 1e9:6.1f} GFLOP/s, ridge at {self.ridge(d):5.2f} FLOP/byte"
                  for d in COLOURS]
-        for d in ("bfloat16", "float16"):
-            one = self.ratios(d)[1]  # memory-bound: half the bytes allow about 2x, not more
-            noise = ": more than half the bytes allow, run again" * (one > BYTES_ALLOW)
-            add = self.bandwidth[d] / self.bandwidth["float32"] * 2  # float32's time / d's
-            odd = (f"; add {add:.2f}x float32, outside {MEMORY_BOUNDS[0]}-{MEMORY_BOUNDS[1]}x: "
-                   "noise, run again") * (not MEMORY_BOUNDS[0] <= add <= MEMORY_BOUNDS[1])
-            lines.append(f"{d} weights: {self._words(d)} (batch 1: {one:.2f}x{noise}{odd})")
+        lines += [f"{d} weights: {self._words(d)}" for d in ("bfloat16", "float16")]
         tiny = min((p for p in self.points if (p.dtype, p.op) == ("float32", "add")),
                    key=lambda p: p.size)
         speed = tiny.nbytes / tiny.seconds
@@ -94,6 +95,33 @@ class Roofline:
                      f"{tiny.seconds * 1e6:.1f} us, {speed / 1e9:.1f} GB/s: "
                      f"{speed / self.bandwidth['float32']:.0%} of the bandwidth roof")
         return "\n".join(lines)
+
+
+def fastest_seconds(fn, device: str | torch.device = "cpu", calls: int = 3,
+                    min_s: float = 0.005) -> float:
+    """The fastest of ``calls`` timed runs after a warm-up, each run repeating ``fn`` for at least
+    ``min_s`` (a roof is the best a kernel does; ratios use :func:`helpers.timing.compare`)."""
+    sync = timing.synchronizer(device)
+    once = timing.seconds_per_call(fn, 1, sync)  # the warm-up, and how long one call takes
+    repeat = max(1, int(min_s / once))
+    return min(timing.seconds_per_call(fn, repeat, sync) for _ in range(calls))
+
+
+def agreement(rule, dtype: torch.dtype, comparison) -> str:
+    """A batch-1 comparison (:class:`helpers.timing.Comparison`) against the rule's advice for
+    chat decoding (:class:`helpers.precision.Advice`), in words: agreement, or a finding and why."""
+    name = str(dtype).removeprefix("torch.")
+    if rule.how == "measure":
+        return ("the rule leaves batch-1 work to measurement here: this is one (08 §5 times a real "
+                "decoder)")
+    if rule.dtype != dtype:
+        return f"the rule advises {rule.how} {str(rule.dtype)[6:]} for decoding here, not {name}"
+    if comparison.verdict == "faster":
+        return f"agrees with the rule ({name} weights for decoding)"
+    if comparison.verdict == "slower":
+        return (f"disagrees with the rule ({name} weights for decoding): a finding; likely reason: "
+                "this 16-bit kernel streams its bytes slower than float32's")
+    return f"no clear difference: neither confirms nor contradicts the rule ({name} weights)"
 
 
 def plot_roofline(roofline: Roofline, ax=None):

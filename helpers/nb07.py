@@ -1,23 +1,63 @@
-"""Notebook 07's scaffolding: :func:`hardware_class`, this machine's row of the guide (§1)."""
-import platform
-
-import torch
-
-from .device import cuda_native_bf16, tensor_cores
-from .speed import speed_profile
-
-CLASSES = ("cpu-avx2", "cpu-bf16", "cpu-arm", "mps", "cuda-fp32", "cuda-fp16", "cuda-bf16")
+"""Notebook 07's scaffolding: made-up descriptions of devices, and the rule's table of them (§1)."""
+from typing import Callable
 
 
-def hardware_class(device: str | torch.device, profile: dict | None = None) -> str:
-    """The guide's row: CUDA by capability, Arm CPUs by architecture, x86 by the measured matmul."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return "cuda-bf16" if cuda_native_bf16(device) else \
-            "cuda-fp16" if tensor_cores(device) else "cuda-fp32"
-    if device.type not in ("cpu", "mps"):
-        raise ValueError(f"The guide covers cpu, cuda and mps, not {device.type!r}.")
-    if device.type == "mps" or platform.machine().lower() in ("arm64", "aarch64"):
-        return "mps" if device.type == "mps" else "cpu-arm"
-    profile = profile if profile is not None else speed_profile(device)
-    return "cpu-bf16" if profile["bfloat16"].compute_is_fast else "cpu-avx2"
+def cpu(*flags: str, arch: str = "x86_64", system: str = "Linux") -> dict:
+    """A CPU as :func:`helpers.precision.describe_device` describes one, with these flags."""
+    return {"device": "cpu", "torch": "2.14.1", "arch": arch, "system": system,
+            "flags": list(flags), "flags from": "made up"}
+
+
+def cuda(name: str, capability: tuple[int, int], hip: str | None = None) -> dict:
+    return {"device": "cuda", "torch": "2.14.1", "arch": "x86_64", "name": name,
+            "capability": capability, "hip": hip}
+
+
+def mps(torch_version: str, macos: str) -> dict:
+    return {"device": "mps", "torch": torch_version, "arch": "arm64", "macos": macos}
+
+
+WINDOWS = {**cpu(system="Windows", arch="AMD64"), "flags": None,
+           "flags from": "no torch.cpu.get_capabilities, /proc/cpuinfo or sysctl"}
+
+KINDS = {  # the table's rows: each a made-up description, so every branch of the rule shows
+    "x86 AVX2 (most laptops; AMD before Zen 4)": cpu(),
+    "x86 AVX512, no BF16 (Skylake-X, Ice Lake)": cpu("avx512f"),
+    "x86 AVX-NE-CONVERT, no AVX512": cpu("avx_ne_convert"),
+    "x86 AVX512-BF16 (AMD Zen 4 on)": cpu("avx512f", "avx512_bf16"),
+    "x86 AMX-BF16 (Sapphire Rapids)": cpu("avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16"),
+    "x86 AMX-FP16 (Granite Rapids)": cpu("avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16",
+                                         "amx_fp16"),
+    "Arm Linux with BF16 (Graviton 3)": cpu("bf16", arch="aarch64"),
+    "Arm Linux, no BF16 (Graviton 2)": cpu(arch="aarch64"),
+    "Apple CPU (M-series)": cpu("bf16", arch="arm64", system="Darwin"),
+    "Windows, flags unreadable": WINDOWS,
+    "Apple GPU, torch 2.4": mps("2.4.1", "14.5"),
+    "Apple GPU, torch 2.5": mps("2.5.1", "14.5"),
+    "Apple GPU, torch 2.6+, macOS 13": mps("2.6.0", "13.6"),
+    "Apple GPU, torch 2.6+, macOS 14+": mps("2.6.0", "14.5"),
+    "P100 (sm_60)": cuda("Tesla P100-PCIE-16GB", (6, 0)),
+    "GTX 1080 (sm_61)": cuda("NVIDIA GeForce GTX 1080", (6, 1)),
+    "GTX 16xx, MX450, T1000 (sm_75)": cuda("NVIDIA GeForce GTX 1660 Ti", (7, 5)),
+    "T4, RTX 20xx (sm_75)": cuda("Tesla T4", (7, 5)),
+    "V100 (sm_70)": cuda("Tesla V100-SXM2-32GB", (7, 0)),
+    "A100, RTX 30xx (sm_80, sm_86)": cuda("NVIDIA A100-SXM4-80GB", (8, 0)),
+    "H100 (sm_90)": cuda("NVIDIA H100 80GB HBM3", (9, 0)),
+    "AMD GPU (ROCm)": cuda("AMD Instinct MI300X", (9, 4), hip="6.2"),
+}
+SHORT = {"torch.float32": "", "torch.bfloat16": "bf16 ", "torch.float16": "fp16 ", "None": ""}
+
+
+def short(advice) -> str:
+    """An :class:`helpers.precision.Advice` in a table cell: "bf16 autocast", "measure"."""
+    return f"{SHORT[str(advice.dtype)]}{advice.how}".replace("16-bit weights", "weights")
+
+
+def advice_table(choose: Callable[[dict], dict], kinds: dict[str, dict] = KINDS) -> str:
+    """One line per device kind: what ``choose`` (the rule) advises per workload."""
+    header = ["device (made-up description)", "training", "batched inference",
+              "chat decoding"]
+    rows = [[name] + [short(a) for a in choose(d).values()] for name, d in kinds.items()]
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                     for row in [header] + rows)

@@ -1,6 +1,6 @@
-"""Notebook 09's scaffolding: a step to time and profile, a slow data set, exercise 09.1's loop."""
+"""Notebook 09's scaffolding: its models and data, the profile's shares, exercise 09.1's loop;
+copies of the step and the op log that notebook 09 section 1 types in its cells."""
 
-import itertools
 import time
 from typing import Callable
 
@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode
 from .device import quiet_native_stderr
-from .dtype_trace import OpObserver
 
 # An event's category: that of its outermost matching event (the optimizer's casts: optimizer)
 CATEGORIES = {"casts": ("aten::_to_copy",),
@@ -19,9 +19,13 @@ CATEGORIES = {"casts": ("aten::_to_copy",),
 
 
 def mlp(width: int, depth: int = 3, seed: int = 0) -> nn.Sequential:
-    """``depth`` Linear(width, width) layers with a ReLU between them, seeded."""
-    torch.manual_seed(seed)
-    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
+    """``depth`` Linear(width, width) layers, ReLUs between them, seeded (global RNG untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layers = []
+        for _ in range(depth):
+            layers.append(nn.Linear(width, width))
+            layers.append(nn.ReLU())
     return nn.Sequential(*layers[:-1])
 
 
@@ -30,27 +34,67 @@ def batch(rows: int, width: int, seed: int = 0) -> tuple[torch.Tensor, torch.Ten
     return torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
 
 
+def forever(data):
+    """Batches of ``data`` without end: one (x, y) pair again and again, or pass after pass."""
+    if isinstance(data, tuple):
+        while True:
+            yield data
+    while True:
+        yield from data  # a new pass over the loader each time one ends
+
+
+# The training step and the op log below are notebook 09 section 1's cells, typed there (the step
+# calls ``lab.forever``); kept here for the exercise checks. A test fails if the copies drift apart.
 class Step:
-    """One step: autocast forward (``dtype`` None: float32), float32 MSE, backward, AdamW; ``data``:
-    a pair or batches (re-read); ``sync=True``: ``.item()`` each step, as a logging loop does."""
+    """One training step: forward under autocast in ``dtype`` (None: float32), the loss in float32,
+    backward, AdamW, zero_grad; with float16 a GradScaler. ``sync``: ``.item()`` every step."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype | None, data, *, sync: bool = False):
-        self.model, self.dtype, self.sync = model, dtype, sync
+        self.model = model
+        self.dtype = dtype
+        self.batches = forever(data)  # one (x, y) pair, or batches read again and again
+        self.sync = sync
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        self.batches = (itertools.repeat(data) if isinstance(data, tuple)  # else re-read forever
-                        else itertools.chain.from_iterable(itertools.repeat(data)))
+        device_type = next(model.parameters()).device.type
+        self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
 
     def __call__(self) -> torch.Tensor:
         x, y = next(self.batches)
-        with torch.autocast("cpu", dtype=self.dtype or torch.bfloat16,
-                            enabled=self.dtype is not None):
-            loss = F.mse_loss(self.model(x).float(), y)
-        loss.backward()
-        self.optimizer.step()
+        autocast_dtype = self.dtype or torch.bfloat16  # any dtype when autocast is off
+        with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=self.dtype is not None):
+            loss = F.mse_loss(self.model(x).float(), y)  # the loss in float32
+        self.scaler.scale(loss).backward()  # outside autocast; unscaled when the scaler is off
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         if self.sync:
             loss.item()  # what printing or logging the loss does
         return loss
+
+
+class OpLog(TorchDispatchMode):
+    """In ``with OpLog() as log:``, each ATen op returning a tensor is logged."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))  # run the op itself (the mode is off in here)
+        if isinstance(out, torch.Tensor):
+            self.seen.append((func.overloadpacket.__name__, tuple(out.shape), out.dtype))
+        return out
+
+
+def ops(fn) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    with OpLog() as log:
+        fn()
+    return log.seen
+
+
+def casts(fn) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """The (shape, dtype) of the result of every cast that ``fn()`` runs."""
+    return [(shape, dtype) for name, shape, dtype in ops(fn) if name in ("_to_copy", "to")]
 
 
 def _category(event) -> str | None:
@@ -88,7 +132,8 @@ def shares_line(shares: dict[str, tuple[float, float]]) -> str:
 
 
 class SlowPairs(torch.utils.data.Dataset):
-    """``n`` seeded (input, target) rows; reading one sleeps ``delay`` s (a disk, CPU free)."""
+    """``n`` seeded (input, target) rows; reading one sleeps ``delay`` s: it stands in for waiting
+    on a disk or the network (I/O wait: the CPU is free meanwhile), not decoding (a busy core)."""
 
     def __init__(self, n: int, width: int, delay: float, seed: int = 0):
         (self.x, self.y), self.delay = batch(n, width, seed), delay
@@ -101,23 +146,10 @@ class SlowPairs(torch.utils.data.Dataset):
         return self.x[i], self.y[i]
 
 
-def ops(fn: Callable[[], object]) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-    """(name, shape, dtype) of each ATen op ``fn()`` runs with a tensor result, in order."""
-    seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
-    with OpObserver(lambda func, args, kwargs, out: isinstance(out, torch.Tensor) and seen.append(
-            (func.overloadpacket.__name__, tuple(out.shape), out.dtype))):
-        fn()
-    return seen
-
-
-def casts(fn: Callable[[], object]) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """The (shape, dtype) of the result of every cast that ``fn()`` dispatches."""
-    return [(shape, dtype) for name, shape, dtype in ops(fn) if name in ("_to_copy", "to")]
-
-
 def recurrent_setup(width: int = 32, steps: int = 8, seed: int = 0):
     """Exercise 09.1: a seeded cell ``Linear(2 * width, width)`` and ``steps`` inputs (batch 4)."""
-    torch.manual_seed(seed)
-    cell = nn.Linear(2 * width, width)
+    with torch.random.fork_rng(devices=[]):  # the learner's global RNG is left as it was
+        torch.manual_seed(seed)
+        cell = nn.Linear(2 * width, width)
     inputs = torch.randn(steps, 4, width, generator=torch.Generator().manual_seed(seed + 1))
     return cell, inputs

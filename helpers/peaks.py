@@ -1,9 +1,9 @@
-"""Datasheet peaks of NVIDIA GPUs (data/gpu_peaks.json), fractions of peak, ridges; 01, 06, 08."""
+"""Datasheet peaks of NVIDIA GPUs (data/gpu_peaks.json), peak fractions, ridges; 01, 06, 08-10."""
 
 import functools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PEAKS_FILE = Path(__file__).resolve().parent.parent / "data" / "gpu_peaks.json"
@@ -34,6 +34,7 @@ class GpuPeak:
     source: str  # title and URL of the NVIDIA document the figures come from
     match: tuple[str, ...] = ()  # regular expressions matched against torch.cuda.get_device_name()
     note: str = ""
+    block_scaled_tflops: dict[str, float] = field(default_factory=dict)  # "mxfp8"...: Blackwell on
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,6 +5,7 @@ Plain PyTorch (torch and the standard library only), so it can be copied into a 
 description into advice per workload. Every function takes the description, so a test (or you)
 can pass a made-up one: ``choose_precision({"device": "cuda", "name": "Tesla T4", ...})``.
 """
+import os
 import platform
 import re
 import subprocess
@@ -25,8 +26,26 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:2])
 
 
+def _onednn_limit(flags: list[str], isa: str) -> list[str]:
+    """The flags oneDNN may still use under ``ONEDNN_MAX_CPU_ISA=isa`` (set to imitate a CPU)."""
+    allowed = {"avx512f": "AVX512" in isa or "AVX10" in isa, "avx_ne_convert": "VNNI_2" in isa,
+               "avx512_bf16": any(word in isa for word in ("BF16", "AMX", "AVX10")),
+               "avx512_fp16": "FP16" in isa or "AVX10" in isa, "amx_bf16": "AMX" in isa,
+               "amx_fp16": "AMX_FP16" in isa}
+    return [f for f in flags if isa == "ALL" or allowed.get(f, True)]
+
+
 def _cpu_flags() -> tuple[list[str] | None, str]:
     """The :data:`CPU_FLAGS` this CPU reports (None: unreadable), and where they were read."""
+    flags, source = _reported_cpu_flags()
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if flags is None or not isa:
+        return flags, source
+    return _onednn_limit(flags, isa), f"{source}, limited by ONEDNN_MAX_CPU_ISA={isa}"
+
+
+def _reported_cpu_flags() -> tuple[list[str] | None, str]:
+    """What the CPU reports, before any oneDNN limit."""
     if hasattr(torch.cpu, "get_capabilities"):  # torch 2.14.1 has it, 2.4.1 lacks it
         capabilities = dict(torch.cpu.get_capabilities())
         capabilities["avx512f"] = capabilities.get("avx512_f", False)
@@ -63,8 +82,9 @@ def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
     """The 16-bit dtypes the described device computes natively and autocast can use there
     (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts)."""
     if d["device"] == "cuda" and not d.get("hip"):
-        tensor_cores = d["capability"] >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"])
-        bf16 = (torch.bfloat16,) * (d["capability"] >= (8, 0))
+        capability = tuple(d["capability"])  # (7, 5), or [7, 5] from JSON
+        tensor_cores = capability >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"])
+        bf16 = (torch.bfloat16,) * (capability >= (8, 0))
         return bf16 + (torch.float16,) * tensor_cores
     if d["device"] == "mps":  # MPS autocast: fp16 from torch 2.5; bf16 from 2.6, on macOS 14+
         bf16 = version_tuple(d["torch"]) >= (2, 6) and version_tuple(d["macos"]) >= (14,)
@@ -113,10 +133,10 @@ def why_float32(d: dict) -> str:
     if d["device"] == "cpu":
         return ("no native 16-bit arithmetic: 16-bit matmuls run by conversion through float32 "
                 "(oneDNN's bf16 path too), slower where compute-bound (00 §2)")
-    if d["capability"] == (6, 0):
+    if tuple(d["capability"]) == (6, 0):
         return ("fp16 at 2x float32 only with fp16 accumulation; PyTorch's fp16 GEMMs "
                 "accumulate in float32")
-    if d["capability"] == (6, 1):
+    if tuple(d["capability"]) == (6, 1):
         return "fp16 runs at 1/64 of float32's rate"
     return "no tensor cores (datasheet)"
 

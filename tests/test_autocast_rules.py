@@ -1,5 +1,5 @@
-"""helpers.autocast_rules: the CPU/CUDA op table, CUDA autocast errors, the trace summary, and the
-simulated CUDA autocast on fake tensors."""
+"""helpers.autocast_rules: the CPU/CUDA op table, CUDA autocast errors, the trace summary; and
+helpers.cuda_simulation: CUDA autocast simulated on fake tensors."""
 import sys
 
 import pytest
@@ -8,9 +8,14 @@ from torch import nn
 from torch.nn import functional as F
 
 import helpers
-from helpers.autocast_rules import (OPS, SimulationUnavailable, autocast_rule_devices,
-                                    cuda_autocast_error, cuda_rules_available, cuda_simulation_available,
-                                    op_dtype_table, op_dtypes, simulated_cuda_autocast)
+from helpers import autocast_rules, cuda_simulation
+from helpers.autocast_rules import OPS, autocast_rule_devices, cuda_autocast_error, op_dtype_table, op_dtypes
+from helpers.cuda_simulation import (
+    SimulationUnavailable,
+    cuda_rules_available,
+    cuda_simulation_available,
+    simulated_cuda_autocast,
+)
 from helpers.device import autocast_state
 from helpers.dtype_trace import record_ops
 
@@ -164,8 +169,6 @@ def test_autocast_rule_devices_reads_the_dispatcher(monkeypatch):
 def test_simulation_refuses_where_fake_cuda_tensors_would_call_the_cuda_runtime(monkeypatch):
     """Before torch 2.10, indexing or copy_ on a fake CUDA tensor takes a real CUDA device guard: without a GPU the
     simulation must say so up front (notebook 03 then skips its CUDA columns) instead of failing mid-notebook."""
-    import helpers.autocast_rules as rules
-
     monkeypatch.setattr(torch, "__version__", "2.9.1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     available, why = cuda_simulation_available()
@@ -175,16 +178,14 @@ def test_simulation_refuses_where_fake_cuda_tensors_would_call_the_cuda_runtime(
             pass
     assert autocast_state("cuda")[0] is False  # nothing was switched on
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # with a GPU, the guard is harmless
-    rules._check_fake_cuda_stays_off_the_runtime()
+    cuda_simulation._check_fake_cuda_stays_off_the_runtime()
 
 
 def test_simulation_check_notices_rules_that_are_not_cudas(monkeypatch):
     """A simulation that does not apply CUDA's rules (here: no autocast, no fake CUDA device) is reported."""
     import contextlib
 
-    import helpers.autocast_rules as rules
-
-    monkeypatch.setattr(rules, "simulated_cuda_autocast", lambda dtype: contextlib.nullcontext())
+    monkeypatch.setattr(cuda_simulation, "simulated_cuda_autocast", lambda dtype: contextlib.nullcontext())
     available, why = cuda_simulation_available()
     assert available is False and "not CUDA's" in why
 
@@ -193,3 +194,10 @@ def test_simulation_check_prints_nothing(capfd):
     cuda_simulation_available()
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
+
+
+def test_the_simulation_stays_importable_from_autocast_rules():
+    """Notebooks call the simulation as helpers.autocast_rules.*: the same objects as helpers.cuda_simulation's."""
+    for name in ("SimulationUnavailable", "simulated_cuda_autocast", "cuda_simulation_available",
+                 "cuda_rules_available", "cuda_autocast"):
+        assert getattr(autocast_rules, name) is getattr(cuda_simulation, name), name

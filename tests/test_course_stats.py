@@ -1,4 +1,4 @@
-"""The learner-time estimate and the teaching fraction: the classifier, and every notebook against its targets."""
+"""The learner-time estimate of every notebook, the README's routes and recorded suite times, and prose length."""
 from __future__ import annotations
 
 import json
@@ -7,37 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import cells, source
 from tools import course_stats as cs
 
 NOTEBOOKS = sorted(cs.NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-
-
-def test_line_kinds_of_a_small_cell():
-    source = "\n".join([
-        "import torch",                                  # setup
-        "x = torch.ones(3)  # a comment",                # teach
-        "# only a comment",                              # not counted
-        "",                                              # not counted
-        "print(f'{x.sum()}',",                           # show (2 lines)
-        "      x.dtype)",
-        "assert x.sum() == 3",                           # check
-        "t = helpers.time_it(lambda: x + x)",            # measure
-        "for i in range(2):",                            # show: a loop that only prints
-        "    print(i)",
-        "fig, ax = plt.subplots()",                      # show
-        "label = f'{x.dtype}'",                          # show
-        "check('00.1', 3)",                              # check
-        "%matplotlib inline",                            # not counted
-        "with torch.no_grad():",                         # teach header, body split
-        "    y = x * 2",
-        "    print(y)",
-    ])
-    assert cs.code_line_kinds(source) == {"teach": 3, "show": 7, "measure": 1, "check": 2, "setup": 1}
-
-
-def test_a_loop_around_a_timer_is_a_harness():
-    source = "for n in sizes:\n    y = torch.ones(n)\n    times[n] = time_it(lambda: y + y).median\n"
-    assert cs.code_line_kinds(source)["measure"] == 3
 
 
 def test_time_formula_and_rounding():
@@ -57,8 +30,8 @@ def test_appendix_is_split_from_the_core(tmp_path):
     path = tmp_path / "99_t.ipynb"
     path.write_text(json.dumps(nb))
     stats = cs.notebook_stats(path)
-    assert (stats.core.code_lines, stats.core.exercises, stats.core.kinds["teach"]) == (2, 1, 1)
-    assert (stats.appendix.code_lines, stats.appendix.kinds["show"]) == (1, 1)
+    assert (stats.core.code_lines, stats.core.exercises) == (2, 1)
+    assert stats.appendix.code_lines == 1
     assert stats.appendix.words == 5  # "Appendix: under the hood" and "more"
     assert "plus about 5 for the appendix" in cs.time_estimate_text(stats)
 
@@ -66,19 +39,11 @@ def test_appendix_is_split_from_the_core(tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stated_time_estimate_is_the_measured_one(path):
     """The first cell states the estimate computed from the notebook itself (python -m tools.course_stats)."""
-    first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    first = source(cells(path)[0])
     expected = cs.time_estimate_text(cs.notebook_stats(path))
     stated = re.search(r"\*\*Time estimate:\*\* ([^.(\n]*)", first)
     assert stated and stated.group(1).strip() == expected, (
         f"{path.name}: first cell should say '**Time estimate:** {expected}' (python -m tools.course_stats)")
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_core_path_mostly_teaches(path):
-    core = cs.notebook_stats(path).core
-    assert core.teaching_fraction >= cs.TEACHING_TARGET, (
-        f"{path.name}: only {core.teaching_fraction:.0%} of the core path's code teaches ({core.kinds}); "
-        "move harnesses into helpers and extras into the appendix")
 
 
 README = cs.NOTEBOOK_DIR.parent / "README.md"
@@ -102,8 +67,49 @@ def test_readme_suite_times_are_the_recorded_ones():
     from tools import suite_times
 
     text = RESULTS.read_text()
-    assert suite_times.readme_table() in text and suite_times.readme_speed_table() in text, (
-        "regenerate them: python -m tools.suite_times --readme")
+    assert suite_times.readme_table() in text, "regenerate it: python -m tools.suite_times --readme"
+
+
+# Notebooks the recorded suite times do not name yet: the integrator records them with `python -m tools.suite_times`
+# after the final re-execution (then `--readme` into docs/results.md) and deletes their prefix here. A prefix listed
+# here whose notebook is recorded fails (strict xfail), so the list cannot go stale.
+AWAITING_THE_FINAL_RUN = ("09", "10")
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="awaiting the final suite_times run"))
+    if p.name[:2] in AWAITING_THE_FINAL_RUN else p for p in NOTEBOOKS], ids=lambda p: p.name)
+def test_recorded_suite_times_name_every_notebook(path):
+    """Every notebook has its time in each recorded run (data/suite_times/) and a row in docs/results.md."""
+    from tools import suite_times
+
+    records = sorted(suite_times.TIMES_DIR.glob("suite_*.json"))
+    assert records, "no recorded suite times: run python -m tools.suite_times"
+    for record in records:
+        assert path.name in json.loads(record.read_text())["groups"], f"{record.name} lacks {path.name}"
+    assert f"| {path.name} |" in RESULTS.read_text(), f"docs/results.md has no row for {path.name}"
+
+
+def test_recorded_suite_times_name_only_notebooks_that_exist():
+    from tools import suite_times
+
+    names = {p.name for p in NOTEBOOKS} | {"unit tests"}
+    for record in sorted(suite_times.TIMES_DIR.glob("suite_*.json")):
+        stale = set(json.loads(record.read_text())["groups"]) - names
+        assert not stale, f"{record.name} names notebooks that no longer exist: {sorted(stale)}"
+
+
+def test_suite_times_labels_the_cpu_from_its_flags_and_kernel_limits():
+    from tools.suite_times import cpu_class
+
+    zen4 = {"avx2", "avx512f", "avx512_bf16"}
+    assert cpu_class(zen4, {}) == "native bf16"
+    assert cpu_class({"avx2", "amx_bf16"}, {}) == "native bf16"
+    assert cpu_class({"avx2", "avx512f"}, {}) == "emulated bf16"  # AVX-512 without bf16 (Skylake-X, Ice Lake)
+    assert cpu_class(zen4, {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}) == "emulated bf16"
+    assert cpu_class(zen4, {"ONEDNN_MAX_CPU_ISA": "avx2"}) == "emulated bf16"
+    assert cpu_class(zen4, {"ONEDNN_MAX_CPU_ISA": "ALL"}) == "native bf16"
+    assert cpu_class(set(), {}) == "emulated bf16"
 
 
 def test_suite_times_leaves_out_only_the_readme_comparison_when_it_measures():
@@ -116,9 +122,9 @@ def test_suite_times_leaves_out_only_the_readme_comparison_when_it_measures():
 def test_suite_times_reference_work_takes_a_measurable_time(capsys):
     from tools import suite_times
 
-    assert 0.001 < suite_times.reference_seconds() < 60
     assert suite_times.main(["--reference"]) == 0
-    assert re.fullmatch(r"reference work: \d+\.\d\d s on this machine now\n", capsys.readouterr().out)
+    printed = re.fullmatch(r"reference work: (\d+\.\d\d) s on this machine now\n", capsys.readouterr().out)
+    assert printed and 0.001 < float(printed.group(1)) < 60
 
 
 def test_suite_times_table_shows_each_run_and_its_reference_time(tmp_path):
@@ -151,9 +157,9 @@ def test_suite_times_groups_junit_cases_by_notebook(tmp_path):
 
 def _prose_cells(path):
     """(words, is_table) of each markdown cell, words counted as tools.course_stats counts them."""
-    for cell in json.loads(path.read_text())["cells"]:
+    for cell in cells(path):
         if cell["cell_type"] == "markdown":
-            text = "".join(cell["source"])
+            text = source(cell)
             lines = [line for line in text.splitlines() if line.strip()]
             table = sum(line.lstrip().startswith("|") for line in lines) > len(lines) / 2
             yield len(re.findall(r"[A-Za-z0-9][\w'’-]*", text)), table

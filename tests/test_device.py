@@ -64,32 +64,25 @@ def test_mps_autocast_depends_on_what_this_torch_offers(monkeypatch):
         assert helpers.autocast_dtype("mps") is torch.float16  # the course's MPS choice either way
 
 
-def test_fast_dtypes_reads_cpu_flags(monkeypatch):
-    monkeypatch.setattr(device_module.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16"})
-    report = helpers.fast_dtypes("cpu")
-    assert "reports bf16 instructions (avx512_bf16)" in report["bfloat16"] and "emulated" in report["float16"]
-    monkeypatch.setattr(device_module, "cpu_flags", lambda: set())
-    assert "no avx512_bf16/amx_bf16" in helpers.fast_dtypes("cpu")["bfloat16"]
-    assert "batch-1 layers up to 2x faster where the kernel keeps pace" in helpers.fast_dtypes("cpu")["bfloat16"]
-    assert "still gain" not in helpers.fast_dtypes("cpu")["bfloat16"]  # no promise a timing can break
-    assert "above 00 §2's crossover batch much SLOWER" in helpers.fast_dtypes("cpu")["bfloat16"]
-    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16", "avx512_fp16"})
-    fp16 = helpers.fast_dtypes("cpu")["float16"]  # AVX512-FP16 alone: no fp16 matrix units
-    assert "no amx_fp16: fp16 matmuls are emulated" in fp16 and "avx512_fp16 alone: fp16 matmuls at fp32" in fp16
-    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"amx_bf16", "avx512_fp16", "amx_fp16"})
-    assert "reports fp16 instructions (amx_fp16)" in helpers.fast_dtypes("cpu")["float16"]
+@pytest.mark.parametrize("native, expected", [((), (64, 4, 4)), ((torch.bfloat16,), (64, 64, 4)),
+                                             ((torch.bfloat16, torch.float16), (64, 64, 64))])
+def test_workload_sizes_by_rule_and_never_measures(monkeypatch, native, expected):
+    """Full size where the dtype is float32 or native on the device (the rule), reduced elsewhere."""
+    monkeypatch.setattr(device_module, "native_dtypes", lambda description: native)
+    monkeypatch.setattr(helpers.timing, "seconds_per_call", None)  # a measurement would raise
+    sizes = tuple(helpers.workload(d, 64, 4, "cpu") for d in (torch.float32, torch.bfloat16, torch.float16))
+    assert sizes == expected
+    assert helpers.workload("bfloat16", 64, 4) == expected[1]  # names as well as dtypes
 
 
-@pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", ""])
-def test_fast_dtypes_does_not_guess_on_other_cpu_architectures(monkeypatch, machine):
-    monkeypatch.setattr(device_module.platform, "machine", lambda: machine)
-    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16"})  # ignored off x86
-    report = helpers.fast_dtypes("cpu")
-    for dtype in ("bfloat16", "float16"):
-        assert "unknown on this architecture: measure" in report[dtype]
-        assert "native" not in report[dtype] and "SLOWER" not in report[dtype]
-    assert "baseline" in report["float32"]
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or os.uname().machine != "x86_64",
+                    reason="reads the x86 flags from Linux's /proc/cpuinfo")
+def test_workload_on_this_machine_follows_the_flags_linux_reports():
+    with open("/proc/cpuinfo") as cpuinfo:
+        words = set(cpuinfo.read().split())
+    native_bf16 = bool({"avx512_bf16", "amx_bf16"} & words)
+    assert (helpers.workload(torch.bfloat16, 10, 1) == 10) is native_bf16
+    assert (helpers.workload(torch.float16, 10, 1) == 10) is ("amx_fp16" in words)
 
 
 def test_environment_report_names_versions_and_device():

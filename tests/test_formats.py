@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from helpers import bit_fields, format_facts, round_trip, spacing
+from helpers.formats import FP8_DTYPES, round_mantissa
 
 
 def test_float16_facts_match_ieee_half_precision():
@@ -59,8 +60,6 @@ def test_spacing_grows_with_magnitude_and_is_inf_past_the_range():
 
 
 # --- 8-bit formats (torch >= 2.1, on CPU too) ---
-
-from helpers.formats import FP8_DTYPES, round_mantissa  # noqa: E402
 
 
 def test_fp8_facts_match_the_fp8_paper():

@@ -3,7 +3,11 @@ exercise solutions of notebook 01: they give the right answers, and grade() reje
 from __future__ import annotations
 
 import copy
+import json
 import math
+import statistics
+import time
+from pathlib import Path
 
 import matplotlib
 
@@ -97,6 +101,44 @@ def test_casts_per_call_no_cache_for_weights_that_do_not_require_grad():
     assert casts_per_call(linear, torch.randn(2, 8), torch.bfloat16, "no_grad") == [3, 3]
 
 
+def _advice(dtype, how):
+    from collections import namedtuple
+
+    return namedtuple("Advice", "dtype how reason")(dtype, how, "a reason")
+
+
+def _result(verdict):
+    from helpers.timing import Comparison
+
+    ratio = {"faster": 1.5, "slower": 0.5, "no clear difference": 1.0}[verdict]
+    return Comparison(ratio, ratio * 0.9, ratio * 1.1, verdict, 0.1, 0.1 / ratio, 2)
+
+
+def test_agreement_with_a_rule_that_picks_bfloat16():
+    advice = _advice(torch.bfloat16, "16-bit weights")
+    assert nb01.agreement(_result("faster"), torch.bfloat16, advice, 32).startswith("agrees")
+    assert nb01.agreement(_result("slower"), torch.float16, advice, 32).startswith("agrees")
+    assert nb01.agreement(_result("no clear difference"), torch.float16, advice, 1).startswith("agrees")
+    unclear = nb01.agreement(_result("no clear difference"), torch.bfloat16, advice, 32)
+    assert unclear.startswith("unclear") and "neither confirms nor contradicts" in unclear  # never a flip
+    batched = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32)
+    assert batched.startswith("DISAGREES") and "expected faster" in batched and "16-bit units" in batched
+    at_batch_1 = nb01.agreement(_result("slower"), torch.bfloat16, advice, 1)
+    assert at_batch_1.startswith("DISAGREES") and "overhead" in at_batch_1
+    emulated_but_faster = nb01.agreement(_result("faster"), torch.float16, advice, 1)
+    assert emulated_but_faster.startswith("DISAGREES") and "half the bytes" in emulated_but_faster
+    autocast = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32, autocast=True)
+    assert autocast.startswith("DISAGREES") and "casts every weight" in autocast
+
+
+def test_agreement_with_a_float32_rule_and_with_measure():
+    advice = _advice(torch.float32, "float32")
+    assert nb01.agreement(_result("slower"), torch.bfloat16, advice, 32).startswith("agrees")
+    assert nb01.agreement(_result("faster"), torch.bfloat16, advice, 32).startswith("DISAGREES")
+    measure = _advice(None, "measure")
+    assert "this is the measurement" in nb01.agreement(_result("faster"), torch.bfloat16, measure, 32)
+
+
 # --- exercise solutions ---------------------------------------------------------------------------------------
 
 def test_01_1_saved_bytes_of_the_half_model():
@@ -178,7 +220,9 @@ WRONG_01_4 = {  # name: (answer, the feedback line must contain)
     "autocast float16 on the float32 model": (
         lambda r, c: _serve(r, c, dtype=torch.float32, autocast=torch.float16), "float16 weights"),
     "try/except, then float32": (_try_the_half_then_float32, "float16 weights"),
-    "no eval()": (lambda r, c: _serve(r, c, eval_mode=False), "other images of its request"),
+    "no eval()": (lambda r, c: _serve(r, c, eval_mode=False), "BatchNorm ran in training mode"),
+    "train mode, every request in one torch.cat batch": (
+        lambda r, c: _serve([torch.cat(r)], c, eval_mode=False), "BatchNorm ran in training mode"),
     "exp by hand": (lambda r, c: _serve(r, c, probabilities=_by_hand), "NaN or inf"),
     "a fixed shift, logits - 10": (lambda r, c: _serve(r, c, probabilities=lambda x: _by_hand(x - 10)),
                                    "NaN or inf"),
@@ -213,6 +257,27 @@ def test_01_4_right_repairs_are_accepted(name):
     assert feedback("01.4", RIGHT_01_4[name]) is None
 
 
+def test_01_4_one_batch_in_train_mode_escapes_an_output_check():
+    """Why the judge watches BatchNorm's mode: one torch.cat batch of the same 64 images, regrouped or not, gives
+    the same batch statistics, so only the mode itself shows the missing eval()."""
+    from helpers.model import CHECKPOINT
+
+    images = shapes_dataset("test", n=128).tensors[0][64:]
+    order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+    one_batch = _serve([torch.cat(list(images.split(4)))], CHECKPOINT, eval_mode=False)
+    regrouped = _serve([torch.cat(list(images[order].split(4)))], CHECKPOINT, eval_mode=False)
+    assert (regrouped[order.argsort()] - one_batch).abs().max() < 0.02
+
+
+@pytest.mark.parametrize("key, answer", [("01.1", 0), ("01.3", 0), ("01.4", lambda r, c: _serve(r, c))])
+def test_checks_leave_the_learner_s_random_generator_alone(key, answer):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    grade(key, answer)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_01_4_the_notebook_s_own_images_would_not_catch_a_fixed_shift():
     """Why the judge sharpens the checkpoint: on the plain one a shift by 10 survives some images' check."""
     from helpers.model import CHECKPOINT
@@ -222,7 +287,7 @@ def test_01_4_the_notebook_s_own_images_would_not_catch_a_fixed_shift():
     assert shifted.isfinite().all()  # no overflow here: only the judge's larger logits expose it
 
 
-@pytest.mark.parametrize("key", ["01.1", "01.2", "01.3", "01.4"])
+@pytest.mark.parametrize("key", ["01.1", "01.2", "01.3", "01.4", "01.5"])
 def test_unanswered(key, capsys):
     assert helpers.check(key, None) is None
     assert "not answered yet" in capsys.readouterr().out
@@ -231,3 +296,140 @@ def test_unanswered(key, capsys):
 def test_unknown_exercise():
     with pytest.raises(KeyError, match="Unknown exercise"):
         solution("01.9")
+
+
+# --- 01.5: time two variants with the paired method ---------------------------------------------------------------
+
+def _rounds(baseline, candidate, rounds, calls=3):
+    """Paired, alternating rounds of ``calls`` calls each: (baseline s, candidate s) per round."""
+    def seconds(fn):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return time.perf_counter() - start
+
+    times = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            a = seconds(baseline)
+            b = seconds(candidate)
+        else:
+            b = seconds(candidate)
+            a = seconds(baseline)
+        times.append((a, b))
+    return times
+
+
+def _at_threads(threads, work, restore=True):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return work()
+    finally:
+        if restore:
+            torch.set_num_threads(before)
+
+
+def _summary(ratios):
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def by_hand(baseline, candidate, threads, rounds=5):
+    """A right answer written without compare."""
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds))
+    return _summary([a / b for a, b in times])
+
+
+def unpaired(baseline, candidate, threads, rounds=5):
+    """All the baseline's rounds, then all the candidate's."""
+    def work():
+        a = [_rounds(baseline, lambda: None, 1)[0][0] for _ in range(rounds)]
+        b = [_rounds(lambda: None, candidate, 1)[0][1] for _ in range(rounds)]
+        return [x / y for x, y in zip(a, b)]
+    return _summary(_at_threads(threads, work))
+
+
+def single_call(baseline, candidate, threads, rounds=5):
+    """One call of each, once: no rounds."""
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, 1, calls=1))
+    return _summary([a / b for a, b in times])
+
+
+def ignores_threads(baseline, candidate, threads, rounds=5):
+    return _summary([a / b for a, b in _rounds(baseline, candidate, rounds)])
+
+
+def threads_not_restored(baseline, candidate, threads, rounds=5):
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds), restore=False)
+    return _summary([a / b for a, b in times])
+
+
+def mean_of_one_side(baseline, candidate, threads, rounds=5):
+    """The candidate's mean seconds per call reported instead of a ratio."""
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds))
+    per_call = [b / 3 for _, b in times]
+    return statistics.mean(per_call), min(per_call), max(per_call)
+
+
+def inverted(baseline, candidate, threads, rounds=5):
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds))
+    return _summary([b / a for a, b in times])
+
+
+def one_number(baseline, candidate, threads, rounds=5):
+    return by_hand(baseline, candidate, threads, rounds)[0]
+
+
+WRONG_01_5 = {  # name: (answer, the feedback must contain)
+    "as given": (None, "requested thread count"),  # the notebook's cell, loaded below
+    "unpaired: all baseline rounds, then all candidate rounds": (unpaired, "pair them"),
+    "a single call of each": (single_call, "ran only 1 time"),
+    "threads ignored": (ignores_threads, "requested thread count"),
+    "threads set, never restored": (threads_not_restored, "put back"),
+    "the mean of one side": (mean_of_one_side, "seconds of one side"),
+    "ratio inverted": (inverted, "inverted"),
+    "one number instead of three": (one_number, "three numbers"),
+    "not a function": (1.9, "repaired function itself"),
+}
+
+
+def given_speedup():
+    """The ``speedup`` of notebook 01's exercise cell, as the learner finds it."""
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "01_half_precision_inference.ipynb"
+    for cell in json.loads(path.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and source.startswith("def speedup("):
+            namespace = {"time": time}
+            exec(source, namespace)
+            return namespace["speedup"]
+    raise LookupError("speedup")
+
+
+@pytest.mark.parametrize("name", WRONG_01_5)
+def test_01_5_wrong_timings_are_rejected_with_what_is_wrong(name):
+    answer, words = WRONG_01_5[name]
+    before = torch.get_num_threads()
+    reason = feedback("01.5", given_speedup() if answer is None else answer)
+    assert reason is not None and words in reason, reason
+    assert torch.get_num_threads() == before  # the check puts the learner's thread count back
+
+
+def test_01_5_a_timing_written_by_hand_is_accepted():
+    assert feedback("01.5", by_hand) is None
+
+
+def test_01_5_the_solution_with_compare_is_accepted():
+    from helpers.solutions.nb01 import paired_speedup
+
+    assert feedback("01.5", paired_speedup) is None
+
+
+def test_01_5_a_raising_answer_leaves_the_threads_alone():
+    before = torch.get_num_threads()
+
+    def sets_then_raises(baseline, candidate, threads, rounds=5):
+        torch.set_num_threads(threads)
+        raise RuntimeError("oops")
+
+    assert "raised RuntimeError" in feedback("01.5", sets_then_raises)
+    assert torch.get_num_threads() == before

@@ -83,13 +83,19 @@ def _min(scores):
 
 WRONG_02_4 = {  # name: (repair, the first failed condition check names)
     "-inf buffer, masked_fill": (lambda m, s, pad, f: _softmax(s.masked_fill(pad, m.big_negative)),
-                                 "a fully padded row still gives NaN"),
+                                 "a score became -inf"),
     "float('-inf') fill": (lambda m, s, pad, f: _softmax(s.masked_fill(pad, float("-inf"))),
-                           "a fully padded row still gives NaN"),
+                           "a score became -inf"),
+    "float('-inf') fill, then zero weights": (
+        lambda m, s, pad, f: _softmax(s.masked_fill(pad, float("-inf"))).masked_fill(pad, 0),
+        "never -inf"),
+    "-inf from torch.full, then zero weights": (
+        lambda m, s, pad, f: _softmax(torch.where(pad, torch.full_like(s, float("-inf")), s)).masked_fill(pad, 0),
+        "never -inf"),
     "finfo.min added (overflows to -inf)": (lambda m, s, pad, f: _softmax(s + pad.to(s.dtype) * _min(s)),
-                                            "a fully padded row still gives NaN"),
+                                            "an added finfo.min that overflowed"),
     "clamp of the -inf buffer": (lambda m, s, pad, f: _softmax(s + pad * m.big_negative.clamp(min=_min(s))),
-                                 "a fully padded row still gives NaN"),
+                                 "a score became -inf"),
     "finfo.min fill, empty row left uniform": (lambda m, s, pad, f: _softmax(s.masked_fill(pad, _min(s))),
                                                "a fully padded row still averages its padding"),
     "nan_to_num around the broken line": (lambda m, s, pad, f: torch.nan_to_num(_softmax(s + pad * m.big_negative)),
@@ -102,7 +108,9 @@ WRONG_02_4 = {  # name: (repair, the first failed condition check names)
     "5x scores": (lambda m, s, pad, f: _softmax((5 * s).masked_fill(pad, _min(s))).masked_fill(pad, 0),
                   "not the softmax-weighted mean"),
     "float32 -1e9 (a leak)": (lambda m, s, pad, f: _softmax(s.float() + pad * -1e9),
-                              "the float16 module returns float32"),
+                              "mixes into the float16 computation"),
+    "pad * -1e9 as a Python number, zero weights": (
+        lambda m, s, pad, f: _softmax(s + pad * -1e9).masked_fill(pad, 0), "mixes into the float16"),
     "float16 hard-coded": (lambda m, s, pad, f: _softmax(s.half().masked_fill(pad, -65504.0)).masked_fill(pad, 0),
                            "in float32, "),  # its float16 rounding shows
     "zero weights after a NaN (multiplied)": (lambda m, s, pad, f: _softmax(s + pad * m.big_negative) * ~pad,
@@ -141,6 +149,25 @@ def test_02_4_a_float32_computation_cast_back_to_float16_still_fails_on_the_empt
                                                "row with no token zero weights)")
 
 
+def _python_number_mask(cast_result):
+    from helpers.solutions.nb02 import AttentionPool
+
+    class PythonNumberMask(AttentionPool):  # the given line with the buffer replaced by the Python number -1e9
+        def forward(self, features, pad):
+            scores = self.score(features).squeeze(-1) + pad * -1e9  # float32: a bool mask times a Python float
+            weights = torch.softmax(scores, dim=-1).masked_fill(pad, 0)
+            pooled = (weights.unsqueeze(-1) * features).sum(dim=1)
+            return pooled.to(features.dtype) if cast_result else pooled
+    return PythonNumberMask
+
+
+@pytest.mark.parametrize("cast_result", [False, True], ids=["uncast", "result cast back"])
+def test_02_4_a_python_number_mask_is_a_leak_and_a_cast_of_the_result_does_not_fix_it(cast_result):
+    reason = feedback("02.4", _python_number_mask(cast_result))
+    assert reason is not None and "mixes into the float16 computation" in reason, reason
+    assert "hides the leak" in reason and "returns float32" not in reason  # the cast is not offered as the fix
+
+
 def test_02_4_answers_that_are_not_a_class_are_told_so():
     from helpers.solutions.nb02 import AttentionPool, pool_inputs
 
@@ -161,7 +188,6 @@ def test_02_4_right_repairs_written_differently_pass():
             return (weights.unsqueeze(-1) * features).sum(dim=1)
 
     right = [AttentionPool, FloatIsland,
-             pool_variant(lambda m, s, pad, f: _softmax(s.masked_fill(pad, float("-inf"))).masked_fill(pad, 0)),
              pool_variant(lambda m, s, pad, f: torch.where(pad.all(-1, keepdim=True), 0.0,
                                                            _softmax(s.masked_fill(pad, _min(s)))).to(s.dtype))]
     for pool in right:

@@ -1,10 +1,9 @@
-"""helpers.nb07 (the decision guide, hardware_class) and notebook 07's solutions."""
+"""helpers.nb07 (the rule's table of device kinds), the notebook's copy of the rule, and 07's solutions."""
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,27 +14,18 @@ from helpers import exercises, nb07 as guide
 from helpers.solutions import nb07 as solutions
 
 
-def _profile(bf16_matmul: float) -> dict[str, SimpleNamespace]:
-    """A stand-in profile: only what hardware_class reads (the bf16 matmul ratio's verdict)."""
-    return {"bfloat16": SimpleNamespace(matmul_speedup=bf16_matmul,
-                                        compute_is_fast=bf16_matmul >= 0.9)}
-
-
-def test_hardware_class_comes_from_measurement_on_cpu_and_capability_on_cuda(monkeypatch):
-    monkeypatch.setattr(guide.platform, "machine", lambda: "x86_64")
-    assert guide.hardware_class("cpu", _profile(2.5)) == "cpu-bf16"
-    assert guide.hardware_class("cpu", _profile(0.01)) == "cpu-avx2"
-    for arm in ("arm64", "aarch64"):  # Apple M-series, Graviton: their own row, measured speed aside
-        monkeypatch.setattr(guide.platform, "machine", lambda arm=arm: arm)
-        assert guide.hardware_class("cpu", _profile(2.5)) == "cpu-arm"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA test GPU")
-    for capability, expected in (((6, 1), "cuda-fp32"), ((7, 0), "cuda-fp16"), ((7, 5), "cuda-fp16"),
-                                 ((8, 0), "cuda-bf16"), ((8, 9), "cuda-bf16"), ((9, 0), "cuda-bf16")):
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
-        assert guide.hardware_class("cuda") == expected
-    assert guide.hardware_class("mps") == "mps"
+def test_the_table_shows_every_kind_with_the_rules_advice():
+    lines = guide.advice_table(helpers.choose_precision).splitlines()
+    rows = [re.split(r"\s{2,}", line) for line in lines]
+    assert rows[0] == ["device (made-up description)", "training", "batched inference", "chat decoding"]
+    assert [row[0] for row in rows[1:]] == list(guide.KINDS)
+    for row, description in zip(rows[1:], guide.KINDS.values()):  # each cell is the rule's, in short
+        assert row[1:] == [guide.short(a) for a in helpers.choose_precision(description).values()], row
+    table = {row[0]: row[1:] for row in rows[1:]}
+    assert table["T4, RTX 20xx (sm_75)"] == ["fp16 autocast + GradScaler", "fp16 autocast", "fp16 weights"]
+    assert table["x86 AVX512-BF16 (AMD Zen 4 on)"] == ["bf16 autocast", "bf16 weights", "measure"]
+    assert table["x86 AVX2 (most laptops; AMD before Zen 4)"] == ["float32", "float32", "measure"]
+    assert table["AMD GPU (ROCm)"] == ["measure"] * 3
 
 
 @pytest.mark.parametrize("name, cores", [
@@ -51,34 +41,6 @@ def test_tensor_cores_leaves_out_every_tu116_and_tu117_part(monkeypatch, name, c
     capability = (8, 6) if "A2000" in name else (7, 5)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert helpers.device.tensor_cores() is cores
-
-
-def guide_rows() -> dict[str, list[str]]:
-    """Notebook 07's decision guide: row name -> its cells (Hardware, Batch 1, Batched, Training, Shown in)."""
-    from tools.course_stats import notebook_path
-
-    cells = json.loads(Path(notebook_path("07")).read_text())["cells"]
-    table = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("**The decision guide"))
-    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
-    return {row[0].strip("| `"): [cell.strip(" |") for cell in row[1:]] for row in rows}
-
-
-def test_the_guide_has_a_row_for_every_class_each_backed_and_split_by_workload_shape():
-    rows = guide_rows()
-    assert list(rows) == list(guide.CLASSES)
-    assert all(len(cells) == 5 and all(cells) for cells in rows.values())  # a backing for every row
-    hardware, decoding, batched, training, backed_by = rows["cpu-avx2"]
-    assert "16-bit weights" in decoding and "crossover" in decoding  # memory-bound: the measured ratio decides
-    assert batched.startswith("float32") and "crossover" in batched  # compute-bound: emulated is slow
-    assert "Ice Lake" in hardware and "batch-1 ratio" in decoding  # AVX512 without BF16 measures here
-    assert "Sapphire Rapids" in rows["cpu-bf16"][0] and "Cooper Lake" in rows["cpu-bf16"][0]
-    assert "GradScaler where fp16 measures faster" in rows["cuda-fp32"][2]  # P100 / GTX 16xx
-    assert "MX450" in rows["cuda-fp32"][0] and "not measured here" in rows["mps"][0]
-    for row in ("cpu-avx2", "cpu-bf16", "cpu-arm"):  # half the bytes bound the gain, not promise it
-        assert "up to 2x where the 16-bit kernel streams at memory speed" in rows[row][1], row
-    arm = rows["cpu-arm"]
-    assert all(word in arm[0] for word in ("Apple M", "M2", "Graviton3", "datasheet", "inferred"))
-    assert all("measure" in cell for cell in arm[1:4])
 
 
 def test_notebooks_07_and_08_promise_no_speed_everywhere():
@@ -102,7 +64,7 @@ def test_no_text_promises_that_half_the_bytes_win_on_every_machine():
 
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEED_TEXTS = ["helpers/speed.py", "helpers/nb00.py", "helpers/nb07.py", "helpers/device.py",
+SPEED_TEXTS = ["helpers/precision.py", "helpers/nb00.py", "helpers/nb07.py", "helpers/device.py",
                "notebooks/00_setup_and_number_formats.ipynb", "notebooks/07_choosing_and_troubleshooting.ipynb"]
 
 
@@ -187,26 +149,22 @@ def test_exercise_07_1_judges_the_repaired_class_and_names_what_fails():
         assert exercises.grade("07.1", right) is True
 
 
-def _recipe_cell() -> str:
+def test_section_6_links_and_runs_the_take_home_recipe_file():
+    """07 §6 walks through notebooks/take_home_recipe.py (tested on its own in tests/test_take_home_recipe.py)
+    and runs it in one cell; the old in-notebook recipe, which imported helpers, is gone."""
     from tools.course_stats import notebook_path
 
     cells = json.loads(Path(notebook_path("07")).read_text())["cells"]
-    return next("".join(c["source"]) for c in cells
-                if c["cell_type"] == "code" and "scaler.state_dict()" in "".join(c["source"]))
-
-
-@pytest.mark.parametrize("amp_dtype", [torch.bfloat16, torch.float16])
-def test_the_take_home_recipe_runs_with_either_16_bit_dtype(amp_dtype, monkeypatch, capsys):
-    """The recipe cell of notebook 07, as a learner copies it: with bf16 the scaler is off (no
-    state), with fp16 on (its scale and growth counter in the checkpoint)."""
-    monkeypatch.setattr(helpers, "autocast_dtype", lambda device=None: amp_dtype)
-    namespace = {"torch": torch, "F": torch.nn.functional, "nn": nn, "helpers": helpers,
-                 "device": torch.device("cpu")}
-    exec(_recipe_cell(), namespace)
-    scaler_state = namespace["checkpoint"]["scaler"]
-    assert namespace["scaler"].is_enabled() is (amp_dtype == torch.float16)
-    assert (scaler_state["_growth_tracker"] > 0) if amp_dtype == torch.float16 else scaler_state == {}
-    assert not namespace["net"].training and str(amp_dtype)[6:] in capsys.readouterr().out
+    sources = ["".join(c["source"]) for c in cells]
+    start = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
+    end = next(i for i, s in enumerate(sources) if s.startswith("## Summary"))
+    section = sources[start:end]
+    assert "[`take_home_recipe.py`](take_home_recipe.py)" in section[0]
+    code = [s for c, s in zip(cells[start:end], section) if c["cell_type"] == "code"]
+    assert code == ["%run take_home_recipe.py"]
+    assert (Path(notebook_path("07")).parent / "take_home_recipe.py").exists()
+    outputs = "".join("".join(o.get("text", "")) for c in cells[start:end] for o in c.get("outputs", []))
+    assert "training" in outputs and "Checkpoint restored" in outputs  # committed executed
 
 
 def test_the_checks_leave_the_learners_random_state_alone():
@@ -244,3 +202,59 @@ def test_guide_and_notebook_07_point_at_sections_that_exist():
     sections = {notebook: section_stats(notebook_path(notebook)) for notebook in {n for n, _ in refs}}
     for notebook, section in refs:
         assert section in sections[notebook], f"{notebook} has no section {section}"
+
+
+COPIED = ("NO_TENSOR_CORES", "WORKLOADS", "version_tuple", "Advice", "native_dtypes", "unknown_reason", "label",
+          "why_float32", "choose_precision")
+
+
+def _definitions(source: str) -> dict[str, str]:
+    """Top-level functions, classes and assignments in ``source``, each as its AST dump."""
+    import ast
+
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found[node.name] = ast.dump(node)
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = ast.dump(node)
+    return found
+
+
+def _notebook_code(key: str) -> str:
+    from tools.course_stats import notebook_path
+
+    cells = json.loads(Path(notebook_path(key)).read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    return "\n\n".join(text for text in code if not text.startswith("%"))  # IPython magics: not Python
+
+
+def test_notebook_07_holds_a_verbatim_copy_of_the_rule():
+    """07 §1's cells define the rule as helpers.precision does: the same AST, name by name."""
+    module = _definitions((ROOT / "helpers" / "precision.py").read_text())
+    notebook = _definitions(_notebook_code("07"))
+    for name in COPIED:
+        assert name in notebook, f"07 §1 lacks {name}"
+        assert notebook[name] == module[name], f"07 §1's {name} drifted from helpers/precision.py"
+
+
+def test_the_drift_check_fails_when_one_token_changes():
+    source = (ROOT / "helpers" / "precision.py").read_text()
+    drifted = _definitions(source.replace('(7, 0) and not re.search', '(7, 5) and not re.search'))
+    assert drifted["native_dtypes"] != _definitions(source)["native_dtypes"]
+
+
+def test_section_3_types_its_op_finder_as_a_dispatch_mode():
+    code = _notebook_code("07")
+    assert "class FirstNonFinite(TorchDispatchMode):" in code and "def __torch_dispatch__(" in code
+    assert "first_nonfinite_op" not in code
+
+
+def test_stop_7_ends_section_6_with_its_recap():
+    from tools.course_stats import notebook_path
+
+    sources = ["".join(c["source"]) for c in json.loads(Path(notebook_path("07")).read_text())["cells"]]
+    start = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
+    end = next(i for i, s in enumerate(sources) if s.startswith("## Summary"))
+    recap = sources[end - 1]
+    assert start < end - 1 and recap.startswith("**Recap of this stop.**") and len(recap.split()) <= 80

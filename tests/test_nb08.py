@@ -135,6 +135,9 @@ WRONG_MASKS = {  # answer -> words of the failed condition the check names
     "float32's min in float16": (
         lambda s, a: s.masked_fill(~a[:, None], torch.finfo(torch.float32).min).softmax(-1), "raised"),
     "a number": (3.0, "function attention_weights itself"),
+    "a fill of -45, below the small scores only": (
+        lambda s, a: s.masked_fill(~a[:, None], -45.0).softmax(-1),
+        "at or below -280, a real token still gives weight"),
     "the wrong signature": (lambda s: s.softmax(-1), "raised TypeError"),
 }
 

@@ -1,5 +1,8 @@
 """Notebook 09's scaffolding (helpers.nb09) and its exercises' judge and count."""
+import inspect
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,6 +100,28 @@ def _first_step_only(cell, inputs):
     return solutions.unroll_once(cell, inputs[:1])
 
 
+def _skips_half(cell, inputs):
+    return solutions.unroll_once(cell, inputs[len(inputs) // 2:])  # the last half: the same output, nearly
+
+
+def _weight_cast_under_no_grad(cell, inputs):
+    with torch.no_grad():
+        weight = cell.weight.to(BF16)  # cast once, but no gradient can reach the weight
+    hidden = torch.zeros(inputs.shape[1], cell.out_features)
+    with torch.autocast("cpu", dtype=BF16):
+        for x in inputs:
+            hidden = torch.tanh(F.linear(torch.cat([x, hidden], dim=-1), weight, cell.bias))
+    return hidden
+
+
+def _detached_hidden(cell, inputs):
+    hidden = torch.zeros(inputs.shape[1], cell.out_features)
+    with torch.autocast("cpu", dtype=BF16):
+        for x in inputs:
+            hidden = torch.tanh(cell(torch.cat([x, hidden.detach()], dim=-1)))
+    return hidden
+
+
 def _raises(cell, inputs):
     raise RuntimeError("not repaired")
 
@@ -113,6 +138,8 @@ def _one_manual_cast(cell, inputs):
     (_buggy, "cast 8 times"), (_no_autocast, "no longer run in bfloat16"),
     (_bf16_weights, "no longer float32"), (_no_cache, "cast 8 times"),
     (_no_grad, "gradients"), (_first_step_only, "differs"), (_raises, "raised RuntimeError"),
+    (_skips_half, "get no gradient"), (_weight_cast_under_no_grad, "no gradient reaches the cell's weight"),
+    (_detached_hidden, "get no gradient"),
     ("unroll", "the repaired function"),
 ])
 def test_the_judge_refuses_wrong_and_symptom_hiding_repairs(wrong, reason):
@@ -125,6 +152,14 @@ def test_the_judge_accepts_a_single_cast(right):
     assert feedback("09.1", right) is None
 
 
+@pytest.mark.parametrize("key, answer", [("09.1", solutions.unroll_once), ("09.1", _buggy), ("09.2", 23)])
+def test_the_checks_leave_the_learners_random_state_alone(key, answer):
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    feedback(key, answer)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_exercise_09_2_counts_five_layers():
     assert solution("09.2") == 23  # 11 forward (input, 5 weights, 5 biases) + .float() + 11 back
     assert feedback("09.2", 23) is None and feedback("09.2", 15) is not None
@@ -134,3 +169,36 @@ def test_a_convolution_counts_with_the_matmuls():
     x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
     _, shares = lab.profile_step(lambda: F.conv2d(x, w), steps=2)
     assert shares["matmuls"][0] == 1 and shares["casts"][0] == 0
+
+
+def _notebook_cell(needle: str) -> str:
+    notebook = json.loads((Path(__file__).parents[1] / "notebooks" / "09_is_it_faster.ipynb").read_text())
+    found = ["".join(cell["source"]) for cell in notebook["cells"]
+             if cell["cell_type"] == "code" and needle in "".join(cell["source"])]
+    assert len(found) == 1, f"{len(found)} cells hold {needle!r}"
+    return found[0].strip()
+
+
+def test_the_step_typed_in_09_section_1_is_the_helpers_copy():
+    typed = _notebook_cell("class Step:").replace("lab.forever(data)", "forever(data)")
+    assert typed == inspect.getsource(lab.Step).strip()
+
+
+def test_the_dispatch_mode_typed_in_09_section_1_is_the_helpers_copy():
+    helpers_copy = "\n\n\n".join(inspect.getsource(f).strip() for f in (lab.OpLog, lab.ops, lab.casts))
+    assert _notebook_cell("class OpLog(TorchDispatchMode):") == helpers_copy
+
+
+def test_a_float16_step_scales_its_loss_and_keeps_float32_weights():
+    step = lab.Step(lab.mlp(8), torch.float16, lab.batch(4, 8))
+    step()
+    assert step.scaler.is_enabled() and step.scaler.get_scale() > 1
+    assert all(p.dtype == torch.float32 for p in step.model.parameters())
+    assert not lab.Step(lab.mlp(8), BF16, lab.batch(4, 8)).scaler.is_enabled()
+
+
+def test_a_step_reads_its_data_again_after_each_pass():
+    batches = [lab.batch(4, 8, seed=s) for s in range(2)]
+    step = lab.Step(lab.mlp(8), None, batches)
+    seen = [next(step.batches)[0] for _ in range(5)]
+    assert [torch.equal(x, batches[i % 2][0]) for i, x in enumerate(seen)] == [True] * 5

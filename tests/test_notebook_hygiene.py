@@ -3,25 +3,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+from tests.support import NOTEBOOK_DIR, cell_containing, cells, definitions, source, tags
+
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 MACHINE_PATH = re.compile(r"(/root/|/tmp/|/work/|/home/|/Users/|site-packages|[A-Z]:\\\\)")
-
-
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["cells"]
-
-
-def source(cell: dict) -> str:
-    return "".join(cell["source"])
-
-
-def tags(cell: dict) -> set[str]:
-    return set(cell.get("metadata", {}).get("tags", []))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -90,28 +78,36 @@ def test_navigation_links(index):
             assert link in text, f"{path.name}: the {where} cell needs a link {link}"
 
 
-HELPERS = sorted((NOTEBOOK_DIR.parent / "helpers").rglob("*.py"))
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_code_cells_are_short_and_lines_fit(path):
-    """A code cell a learner reads in one screen (at most 25 lines), lines of at most 100 characters."""
+    """A code cell fits a laptop screen (at most 40 lines: one experiment, or one function typed in full),
+    lines of at most 100 characters (two notebooks side by side)."""
     for i, cell in enumerate(cells(path)):
         if cell["cell_type"] == "code":
             lines = source(cell).splitlines()
-            assert len(lines) <= 25, f"{path.name} cell {i}: {len(lines)} lines (at most 25)"
+            assert len(lines) <= 40, f"{path.name} cell {i}: {len(lines)} lines (at most 40)"
             long = [line for line in lines if len(line) > 100]
             assert not long, f"{path.name} cell {i}: a line over 100 characters: {long[0]!r}"
 
 
-def test_helpers_modules_are_small_and_lines_fit():
-    """The learner's package stays small: no module over 300 lines, no line over 100 characters, and the package
-    (without the exercise solutions) within 3,500 lines."""
-    total = 0
-    for path in HELPERS:
-        lines = path.read_text().splitlines()
-        assert not [line for line in lines if len(line) > 100], f"{path.name}: a line over 100 characters"
-        if "solutions" not in path.parts:
-            assert len(lines) <= 300, f"{path.name}: {len(lines)} lines (at most 300)"
-            total += len(lines)
-    assert total <= 3500, f"helpers/ (without solutions) has {total} lines (at most 3,500)"
+def test_the_cell_loader_runs_only_the_definitions_asked_for():
+    """tests.support.definitions runs a notebook's def statements alone (not the rest of their cells), and a name
+    the notebook does not define, or a needle in several cells, is an error rather than a silent pass."""
+    import ast
+
+    prefix = NOTEBOOKS[0].name[:2]
+    first_code = next(source(c) for c in cells(NOTEBOOKS[0]) if c["cell_type"] == "code")
+    assert cell_containing(prefix, first_code) == first_code
+    with pytest.raises(LookupError, match="code cells contain"):
+        cell_containing(prefix, "")  # every cell contains it
+    with pytest.raises(LookupError, match="defines no"):
+        definitions(prefix, "no_such_function_in_any_notebook")
+    for path in NOTEBOOKS:
+        codes = [source(c) for c in cells(path) if c["cell_type"] == "code" and "%" not in source(c)]
+        names = [n.name for text in codes for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+        if names:
+            namespace = {}
+            (function,) = definitions(path.name[:2], names[0], namespace=namespace).values()
+            assert callable(function) and set(namespace) <= {names[0], "__builtins__"}
+            return
+    pytest.skip("no notebook defines a function at the top level of a cell")

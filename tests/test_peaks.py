@@ -9,7 +9,9 @@ import pytest
 from helpers import peaks
 
 PEAKS = peaks.load_peaks()
-REQUIRED = ("V100 SXM2", "T4", "A10", "A100 SXM4 80GB", "L4", "L40S", "H100 SXM", "H200", "GeForce RTX 4090")
+REQUIRED = ("V100 SXM2", "T4", "A10", "A100 SXM4 80GB", "L4", "L40S", "H100 SXM", "H200", "GeForce RTX 4090",
+            "B200")
+BLOCK_SCALED = ("mxfp8", "mxfp6", "mxfp4", "nvfp4")
 
 
 def test_the_file_parses_and_lists_the_gpus_learners_meet():
@@ -47,6 +49,26 @@ def test_dense_figures_are_consistent(name):
         assert t["fp8"] == pytest.approx(2 * t["fp16"], rel=0.02)
 
 
+def test_block_scaled_rates_from_blackwell_on():
+    """MX and NVFP4 block-scaled tensor-core rates exist from capability 10.0 (Blackwell); MXFP8 and MXFP6 run
+    at the fp8 rate, the fp4 formats at twice it."""
+    for gpu in PEAKS.values():
+        blackwell = tuple(int(p) for p in gpu.capability.split(".")) >= (10, 0)
+        assert bool(gpu.block_scaled_tflops) == blackwell, gpu.name
+        if blackwell:
+            rates = gpu.block_scaled_tflops
+            assert set(rates) == set(BLOCK_SCALED), gpu.name
+            assert rates["mxfp8"] == rates["mxfp6"] == gpu.tflops["fp8"]
+            assert rates["mxfp4"] == rates["nvfp4"] == 2 * gpu.tflops["fp8"]
+
+
+def test_b200_figures_are_the_datasheets_sparse_ones_halved():
+    b200 = PEAKS["B200"]
+    assert b200.tflops["bf16"] == 4500 / 2 and b200.tflops["fp8"] == 9000 / 2
+    assert b200.block_scaled_tflops["nvfp4"] == 18000 / 2 and b200.tflops["fp32"] == 75.0
+    assert b200.capability == "10.0"
+
+
 def test_sparse_figures_were_halved_for_hopper():
     # The H100/H200 datasheets print 1,979 TFLOP/s bf16 "with sparsity": the dense figure is half of it.
     for name in ("H100 SXM", "H200"):
@@ -62,6 +84,7 @@ def test_sparse_figures_were_halved_for_hopper():
     ("NVIDIA A10", "A10"), ("NVIDIA A10G", None), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
     ("NVIDIA L40", None), ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
     ("NVIDIA GeForce RTX 4090 Laptop GPU", None), ("NVIDIA GeForce RTX 3090", None), ("cpu", None),
+    ("NVIDIA B200", "B200"), ("NVIDIA GB200", None),
 ])
 def test_peak_for_matches_torch_device_names(device_name, expected):
     found = peaks.peak_for(device_name)

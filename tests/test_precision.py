@@ -181,9 +181,48 @@ def test_the_rule_is_plain_pytorch_and_short():
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported <= {"platform", "re", "subprocess", "pathlib", "typing", "torch"}, imported
+    assert imported <= {"os", "platform", "re", "subprocess", "pathlib", "typing", "torch"}, imported
     decision = [precision.choose_precision, precision.native_dtypes, precision.why_float32,
                 precision.unknown_reason, precision.label]
     lines = sum(len(inspect.getsource(f).splitlines()) for f in decision)
     assert 40 <= lines <= 100, lines
     assert len(inspect.getsource(precision.choose_precision).splitlines()) <= 25  # one notebook cell
+
+
+def test_the_preflight_report_prints_the_rules_advice_and_measures_nothing(monkeypatch):
+    import helpers
+    from tools import preflight
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("the pre-flight report measured something")
+
+    monkeypatch.setattr(helpers.timing, "seconds_per_call", no_timing)
+    monkeypatch.setattr(helpers.timing, "compare", no_timing)
+    lines = preflight.machine_lines()
+    advice = choose_precision(describe_device(helpers.pick_device()))
+    assert lines[0].startswith("Machine: ") and "Advice by rule" in lines[1]
+    for line, (workload, a) in zip(lines[2:5], advice.items()):
+        assert line.strip().startswith(f"{workload}: {a.how}") and a.reason in line
+
+
+@pytest.mark.parametrize("isa, flags", [
+    ("AVX2", []), ("avx512_core", ["avx512f"]), ("AVX512_CORE_BF16", ["avx512f", "avx512_bf16"]),
+    ("ALL", ["avx512f", "avx512_bf16", "amx_bf16"])])
+def test_an_imitation_by_onednn_max_cpu_isa_is_described_as_the_cpu_it_imitates(monkeypatch, isa, flags):
+    """ONEDNN_MAX_CPU_ISA=AVX2 on an AVX512-BF16 machine runs bf16 matmuls emulated: the rule must say so."""
+    monkeypatch.setattr(precision, "_reported_cpu_flags", lambda: (["avx512f", "avx512_bf16", "amx_bf16"], "made up"))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
+    d = describe_device()
+    assert d["flags"] == flags and f"ONEDNN_MAX_CPU_ISA={isa.upper()}" in d["flags from"]
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert describe_device()["flags"] == ["avx512f", "avx512_bf16", "amx_bf16"]
+
+
+def test_a_description_read_from_json_works_too():
+    """A capability given as a JSON list ([7, 5]) decides like the tuple torch returns."""
+    import json
+
+    for name, capability in (("Tesla T4", (7, 5)), ("Tesla P100-PCIE-16GB", (6, 0)), ("NVIDIA H100", (9, 0))):
+        made_up = json.loads(json.dumps(cuda(name, capability)))
+        assert made_up["capability"] == list(capability)
+        assert choose_precision(made_up) == choose_precision(cuda(name, capability))

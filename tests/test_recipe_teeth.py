@@ -1,11 +1,13 @@
 """Tests that fail when the course's recipe is subtly broken (issue 12): gradients reaching the optimizer at the
 wrong scale, skipped steps not counted (or the scheduler stepped anyway), and a checkpoint loader that would
-unpickle arbitrary objects. Each test compares with an independent reference (a plain float32 step, a scale
-sequence worked out by hand, a file that records whether foreign code ran)."""
+unpickle arbitrary objects; for ``helpers.train`` and for the take-home recipe (notebooks/take_home_recipe.py,
+with mutants of it that must be caught). Each test compares with an independent reference (a plain float32 step,
+a scale sequence worked out by hand, a file that records whether foreign code ran)."""
 from __future__ import annotations
 
 import copy
 import pickle
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -210,3 +212,178 @@ def test_evaluate_in_chunks_sees_every_image_once():
     # (64 channels x 3 x 3 = 576 terms), relative to the largest logit
     tolerance = 576 * EPS32 * whole.logits.abs().max().item()
     torch.testing.assert_close(chunked.logits, whole.logits, rtol=0, atol=tolerance)
+
+
+# ---- The take-home recipe (notebooks/take_home_recipe.py), which replaced notebook 07 §6's recipe cell: its
+# training step, checkpoint and inference are checked against independent references, and each mutant below (a
+# mistake the recipe exists to prevent) must make :func:`take_home_problems` report something.
+
+TAKE_HOME = Path(__file__).resolve().parent.parent / "notebooks" / "take_home_recipe.py"
+CPU = torch.device("cpu")
+
+
+def load_take_home(source: str | None = None):
+    """The recipe as a module, from its file or from a (mutated) copy of its source."""
+    import types
+
+    module = types.ModuleType("take_home_recipe")
+    module.__file__ = str(TAKE_HOME)
+    exec(compile(source if source is not None else TAKE_HOME.read_text(), str(TAKE_HOME), "exec"), module.__dict__)
+    return module
+
+
+class SharedList(list):
+    """A list that a deep copy of its module shares (predict runs a copy of the model)."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class Recorder(nn.Module):
+    """A linear classifier that records the dtype it computed in and whether it ran in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.model, _, _ = small_problem()
+        self.seen: list[tuple[torch.dtype, bool]] = SharedList()
+
+    def forward(self, x):
+        out = self.model(x)
+        self.seen.append((out.dtype, self.training))
+        return out
+
+
+def reference_step(model: nn.Module, inputs, labels, max_norm: float) -> torch.Tensor:
+    """One plain float32 SGD step with clipping of the true gradients: the update, flattened."""
+    model = copy.deepcopy(model)
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    nn.functional.cross_entropy(model(inputs), labels).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)
+    torch.optim.SGD(model.parameters(), lr=LR).step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()]) - before
+
+
+def take_home_problems(recipe) -> list[str]:
+    """What is wrong with the recipe's train_one_epoch, checkpoint and predict (empty: nothing found)."""
+    problems = []
+    fp16 = recipe.Advice(torch.float16, "autocast + GradScaler", "test")
+    model, inputs, labels = small_problem()
+    with torch.no_grad():
+        model.weight.mul_(20)  # large gradients: clipping to norm 1 is active, on the true gradients only
+    want = reference_step(model, inputs, labels, max_norm=1.0)
+    for steps in (1, 2):  # the second batch must not add to the first one's gradients
+        recorder = Recorder()
+        recorder.model = copy.deepcopy(model)
+        recorder.eval()
+        before = torch.cat([p.detach().flatten().clone() for p in recorder.parameters()])
+        scaler = torch.amp.GradScaler("cpu")
+        optimizer = torch.optim.SGD(recorder.parameters(), lr=LR)
+        recipe.train_one_epoch(recorder, [(inputs, labels)] * steps, optimizer, scaler, fp16, CPU)
+        got = torch.cat([p.detach().flatten() for p in recorder.parameters()]) - before
+        if steps == 1 and not relative_error(got, want) <= 4 * torch.finfo(torch.float16).eps:
+            problems.append(f"an fp16 step with clipping differs from float32's: {relative_error(got, want):.2e}")
+        if steps == 2 and not relative_error(got, want * 2) <= 0.1:
+            problems.append("two steps on one batch do not move the weights twice as far (gradients kept?)")
+        if {seen for seen in recorder.seen} != {(torch.float16, True)}:
+            problems.append(f"the forward pass ran as {set(recorder.seen)}, not float16 in training mode")
+        if scaler.get_scale() != 2.0**16:
+            problems.append(f"the scale changed to {scaler.get_scale()} on clean steps (update missing?)")
+
+    recorder = Recorder()  # gradient norm 0.94: clipping to norm 1 leaves it alone
+    optimizer = torch.optim.SGD(recorder.parameters(), lr=0.0)  # lr 0: every step sees the same gradients
+    float32 = recipe.Advice(torch.float32, "float32", "test")  # (with a scaler, unscale_ hides stale gradients)
+    recipe.train_one_epoch(recorder, [(inputs, labels)] * 2, optimizer, torch.amp.GradScaler("cpu", enabled=False),
+                           float32, CPU)
+    reference, _, _ = small_problem()
+    nn.functional.cross_entropy(reference(inputs), labels).backward()
+    got = torch.cat([p.grad.flatten() for p in recorder.parameters()])
+    want_grad = torch.cat([p.grad.flatten() for p in reference.parameters()])
+    if not relative_error(got, want_grad) <= 8 * EPS32 * inputs.shape[0]:
+        problems.append("after two steps the gradients are not the last batch's alone (zero_grad missing?)")
+
+    bad = inputs.clone()
+    bad[0, 0] = float("inf")
+    recorder = Recorder()
+    scaler = torch.amp.GradScaler("cpu")
+    before = [p.detach().clone() for p in recorder.parameters()]
+    recipe.train_one_epoch(recorder, [(bad, labels)], torch.optim.SGD(recorder.parameters(), lr=LR), scaler, fp16,
+                           CPU)
+    if not all(torch.equal(a, b) for a, b in zip(before, recorder.parameters())) or scaler.get_scale() != 2.0**15:
+        problems.append("an overflowing step was not skipped with the scale halved")
+
+    folder = Path(tempfile.mkdtemp())
+    recorder = Recorder()
+    optimizer = torch.optim.SGD(recorder.parameters(), lr=LR)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    recipe.train_one_epoch(recorder, [(inputs, labels)] * 3, optimizer, scaler, fp16, CPU)
+    recipe.save_checkpoint(folder / "c.pt", recorder, optimizer, scaler)
+    restored, restored_scaler = Recorder(), torch.amp.GradScaler("cpu")
+    recipe.load_checkpoint(folder / "c.pt", restored, torch.optim.SGD(restored.parameters(), lr=LR), restored_scaler,
+                           CPU)
+    if restored_scaler.state_dict() != scaler.state_dict():
+        problems.append(f"the scaler came back as {restored_scaler.state_dict()}, saved {scaler.state_dict()}")
+    if not all(torch.equal(a, b) for a, b in zip(recorder.state_dict().values(), restored.state_dict().values())):
+        problems.append("the model's weights did not come back")
+    marker = folder / "foreign code ran"
+    torch.save({"model": restored.state_dict(), "extra": LeavesATrace(marker)}, folder / "evil.pt")
+    try:
+        recipe.load_checkpoint(folder / "evil.pt", restored, torch.optim.SGD(restored.parameters(), lr=LR),
+                               restored_scaler, CPU)
+    except pickle.UnpicklingError:
+        pass  # refused, as it should be
+    except KeyError:
+        pass  # unpickled (the marker tells), then failed on the missing optimizer state
+    if marker.exists():
+        problems.append("loading a checkpoint ran code from the file (weights_only=True missing)")
+
+    for how, dtype in (("16-bit weights", torch.bfloat16), ("autocast", torch.bfloat16), ("float32", torch.float32)):
+        recorder = Recorder()
+        recorder.train()
+        logits = recipe.predict(recorder, inputs, recipe.Advice(dtype, how, "test"), CPU)
+        if recorder.training or recorder.seen[-1] != (dtype, False):
+            problems.append(f"predict ({how}) ran as {recorder.seen[-1]}, not {dtype} in eval mode")
+        if logits.dtype != torch.float32:
+            problems.append(f"predict ({how}) returned {logits.dtype} logits")
+    return problems
+
+
+def test_the_take_home_recipe_trains_checkpoints_and_predicts_as_the_course_teaches():
+    assert take_home_problems(load_take_home()) == []
+
+
+TAKE_HOME_MUTANTS = {
+    "unscale_ after clipping": (
+        "        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n",
+        "        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n"
+        "        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n"),
+    "unscale_ dropped": ("        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n",
+                         ""),
+    "optimizer.step() instead of scaler.step()": ("scaler.step(optimizer)", "optimizer.step()"),
+    "scaler.update() dropped": ("        scaler.update()\n", ""),
+    "zero_grad dropped": ("        optimizer.zero_grad(set_to_none=True)\n", ""),
+    "autocast never enabled": ('use_autocast = advice.how.startswith("autocast")', "use_autocast = False"),
+    "model.train() dropped": ("    model.train()\n", ""),
+    "scaler state not restored": ('    scaler.load_state_dict(checkpoint["scaler"])\n', ""),
+    "scaler not saved": ('"scaler": scaler.state_dict()', '"scaler": {}'),
+    "checkpoint loaded with weights_only=False": ("weights_only=True", "weights_only=False"),
+    "predict without model.eval()": ("    model.eval()\n    inputs = inputs.to(device)",
+                                     "    inputs = inputs.to(device)"),
+    "16-bit weights not cast": ("low = copy.deepcopy(model).to(advice.dtype)", "low = copy.deepcopy(model)"),
+    "predict keeps 16-bit logits": ("return low(inputs.to(advice.dtype)).float()",
+                                    "return low(inputs.to(advice.dtype))"),
+}
+
+
+@pytest.mark.parametrize("name", list(TAKE_HOME_MUTANTS))
+def test_each_mutant_of_the_take_home_recipe_is_caught(name):
+    old, new = TAKE_HOME_MUTANTS[name]
+    source = TAKE_HOME.read_text()
+    assert source.count(old) == 1, f"the mutant {name!r} no longer applies: update it"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # weights_only=False warns on some releases
+        try:
+            problems = take_home_problems(load_take_home(source.replace(old, new)))
+        except Exception as error:  # noqa: BLE001 - a mutant that makes the recipe raise is caught too
+            problems = [f"raised {error!r}"]
+    assert problems, f"no check noticed the mutant {name!r}"

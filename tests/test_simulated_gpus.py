@@ -19,8 +19,9 @@ import torch
 import torch.distributed as dist
 
 import helpers
+from helpers import bench, ddp_train, measure, peaks
+from helpers import nb07 as guide
 from tools import bench as recorder
-from helpers import bench, ddp_train, device as device_mod, measure, nb07 as guide, peaks
 
 NATIVE_BF16 = (8, 0)  # Ampere: bf16 (and TF32) tensor cores from here on
 
@@ -113,7 +114,9 @@ def test_device_choice_and_autocast_dtype(fake_cuda, gpu):
     # what autocast *accepts*: bf16 too, even where it is emulated (PyTorch's own check counts emulation)
     assert helpers.supported_autocast_dtypes("cuda") == (torch.float16, torch.bfloat16)
     assert helpers.check_autocast_dtype("cuda", torch.bfloat16) == torch.bfloat16
-    assert guide.hardware_class("cuda") == ("cuda-bf16" if gpu.native_bf16 else "cuda-fp16")
+    advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
+    assert advice["training"].dtype == expected
+    assert advice["training"].how == ("autocast" if gpu.native_bf16 else "autocast + GradScaler")
 
 
 def test_cuda_without_emulated_bf16_accepts_float16_only(fake_cuda, monkeypatch):
@@ -147,88 +150,41 @@ def test_rocm_asks_pytorch_for_bf16(fake_cuda, monkeypatch, rocm_bf16):
 # ------------------------------------------------------------------------------------ verdicts
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
-def test_fast_dtypes_explains_from_the_compute_capability(fake_cuda, gpu):
+def test_the_rule_reads_the_simulated_gpu(fake_cuda, gpu):
     fake_cuda(gpu)
-    verdicts = helpers.fast_dtypes("cuda")
+    described = helpers.precision.describe_device("cuda")
+    assert described["name"] == gpu.name and tuple(described["capability"]) == gpu.capability
+    native = helpers.precision.native_dtypes(described)
+    assert torch.float16 in native  # every GPU here has fp16 tensor cores
+    assert (torch.bfloat16 in native) is gpu.native_bf16
+    advice = helpers.precision.choose_precision(described)
     sm = "sm_%d%d" % gpu.capability
-    assert all(text.startswith(gpu.name) for text in verdicts.values())
-    assert f"tensor cores ({sm}), fast" in verdicts["float16"]  # every GPU here has fp16 tensor cores
-    assert (f"tensor cores ({sm}), fast" in verdicts["bfloat16"]) is gpu.native_bf16
-    assert ("not supported natively before sm_80" in verdicts["bfloat16"]) is (not gpu.native_bf16)
-    assert ("TF32" in verdicts["float32"]) is gpu.native_bf16
+    assert all(sm in a.reason for a in advice.values())
 
 
-@pytest.mark.parametrize("gpu, rate", [(Gpu("Tesla P100-PCIE-16GB", (6, 0), None), "2x"),
-                                       (Gpu("NVIDIA GeForce GTX 1080", (6, 1), None), "1/64 of"),
-                                       (Gpu("NVIDIA GeForce GTX 1660 SUPER", (7, 5), None), "2x"),
-                                       (Gpu("NVIDIA GeForce MX450", (7, 5), None), "2x"),
-                                       (Gpu("NVIDIA GeForce MX550", (7, 5), None), "2x"),
-                                       (Gpu("NVIDIA T400 4GB", (7, 5), None), "2x"),
-                                       (Gpu("NVIDIA T600", (7, 5), None), "2x"),
-                                       (Gpu("NVIDIA T1000 8GB", (7, 5), None), "2x")])
+@pytest.mark.parametrize("gpu, rate", [(Gpu("Tesla P100-PCIE-16GB", (6, 0), None), "only with fp16 accumulation"),
+                                       (Gpu("NVIDIA GeForce GTX 1080", (6, 1), None), "1/64"),
+                                       (Gpu("NVIDIA GeForce GTX 1660 SUPER", (7, 5), None), "no tensor cores"),
+                                       (Gpu("NVIDIA GeForce MX450", (7, 5), None), "no tensor cores"),
+                                       (Gpu("NVIDIA GeForce MX550", (7, 5), None), "no tensor cores"),
+                                       (Gpu("NVIDIA T400 4GB", (7, 5), None), "no tensor cores"),
+                                       (Gpu("NVIDIA T600", (7, 5), None), "no tensor cores"),
+                                       (Gpu("NVIDIA T1000 8GB", (7, 5), None), "no tensor cores")])
 def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
     """GTX 16xx, MX450/MX550 and T400/T600/T1000 (TU116/TU117) are sm_75 like a T4 but have no
     tensor cores; P100 runs fp16 at 2x fp32, GTX 10xx at
-    1/64 (datasheets): neither is "fast", and the guide puts all three on its float32 row."""
+    1/64 (datasheets): the rule advises float32 on all three, each with its reason."""
     fake_cuda(gpu)
-    verdicts = helpers.fast_dtypes("cuda")
-    sm = "sm_%d%d" % gpu.capability
-    assert f"no tensor cores ({sm}); fp16 at {rate} the fp32 rate (datasheet)" in verdicts["float16"]
-    assert not any(f"({sm}), fast" in verdicts[name] for name in ("float16", "bfloat16"))
-    assert helpers.device.tensor_cores() is False and guide.hardware_class("cuda") == "cuda-fp32"
+    advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
+    assert advice["training"].how == "float32" and advice["batched inference"].how == "float32"
+    assert rate in advice["training"].reason
+    assert helpers.device.tensor_cores() is False
     fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
-    assert helpers.device.tensor_cores() is True and guide.hardware_class("cuda") == "cuda-fp16"
+    assert helpers.device.tensor_cores() is True
+    advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
+    assert advice["training"].how == "autocast + GradScaler"
     fake_cuda(Gpu("Quadro RTX 4000", (7, 5), None))  # TU104: tensor cores, a T in no model number
     assert helpers.device.tensor_cores() is True
-
-
-def gpu_profile(bf16: float, fp16: float = 3.0, decoding: float = 1.9) -> dict:
-    """Batched forward and training step ``bf16`` / ``fp16`` x float32, decoding ``decoding`` x."""
-    speeds = [helpers.DtypeSpeed("float32", 1.0, 1.0, "the baseline", 1.0, 1.0, 1.0, 1.0, 1e12, 1e13,
-                                 20000.0, 100.0)]
-    for name, ratio in (("bfloat16", bf16), ("float16", fp16)):
-        speeds.append(helpers.DtypeSpeed(name, ratio, 1.9, "", 1.9, ratio, decoding, ratio, 1e12,
-                                         1e13 * ratio, 20000.0 * ratio, 100.0 * decoding))
-    return helpers.speed.SpeedProfile(speeds, stamp="a simulated GPU", threads=1, measured_at="",
-                                      in_cache=False)
-
-
-@pytest.mark.parametrize("gpu", [GPUS[1], GPUS[-1]], ids=ids([GPUS[1], GPUS[-1]]))
-def test_speed_profile_and_workload_use_gpu_sizes(fake_cuda, monkeypatch, gpu):
-    fake_cuda(gpu)
-    seen = []
-
-    def fake_measure(device, sizes):
-        seen.append((device.type, sizes))
-        return list(gpu_profile(3.0 if gpu.native_bf16 else 0.2).values())  # bf16 without tensor cores
-
-    monkeypatch.setattr(helpers.speed, "_measure", fake_measure)
-    profile = helpers.speed_profile("cuda")
-    assert seen == [("cuda", helpers.speed.Sizes(4096, 1 << 26, 2048, 8, False, 1e12))]  # fills a GPU
-    assert helpers.speed.default_sizes("mps") == seen[0][1]  # MPS too: 256^2 is overhead there
-    assert profile["float16"].compute_is_fast and profile["bfloat16"].compute_is_fast is gpu.native_bf16
-    assert helpers.workload(torch.bfloat16, 100, 10, "cuda") == (100 if gpu.native_bf16 else 10)
-    assert profile.stamp.startswith(f"Outputs made on: {gpu.name} (sm_")
-
-
-@pytest.mark.parametrize("bf16", [0.2, 1.0, 3.0], ids=["bf16-slow", "bf16-near-fp32", "bf16-fast"])
-@pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
-def test_recommendation_agrees_with_autocast_dtype_on_every_gpu(fake_cuda, gpu, bf16):
-    """A V100 or T4 gets fp16 and a GradScaler even where its (tensor-core-less) bf16 measures near fp32;
-    its decoding candidates are native dtypes only (bf16 there is emulated)."""
-    fake_cuda(gpu)
-    r = helpers.speed.recommendation(gpu_profile(bf16, decoding=2.5), "cuda")
-    expected = helpers.autocast_dtype("cuda")
-    if expected == torch.bfloat16 and bf16 < helpers.speed.FAST_RATIO:
-        assert r.batched.startswith("float32")  # measured slow: no claim from the datasheet alone
-    else:
-        assert r.batched.startswith(f"torch.amp.autocast('cuda', dtype={expected})")
-        assert ("GradScaler('cuda')" in r.training) is helpers.needs_grad_scaler(expected)
-    assert ("bfloat16" in r.batched + r.training) is (expected == torch.bfloat16 and bf16 >= 0.9)
-    if not gpu.native_bf16:
-        assert "bfloat16" not in r.decoding  # a V100/T4 with a fast-looking bf16 still decodes in fp16
-        fast_bf16 = helpers.speed.recommendation(gpu_profile(3.0, fp16=2.0, decoding=2.5), "cuda")
-        assert fast_bf16.decoding.startswith("float16 weights")
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))

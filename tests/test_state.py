@@ -1,5 +1,4 @@
 """helpers.state: snapshots and bit-exact comparisons of model and optimizer state (notebooks 04, 06)."""
-import pytest
 import torch
 from torch import nn
 

@@ -1,8 +1,8 @@
 """The pre-flight report that ends every ``pytest`` run (hooked in by the root ``conftest.py``).
 
 One screen for an instructor checking a classroom machine: the machine (CPU model and 16-bit flags, or the GPU
-and its compute capability; torch; threads), the course's verdict for it (from notebook 00's speed profile: what
-is native, what is emulated, the advice per workload shape), each notebook's result and time, and for a failure
+and its compute capability; torch; threads), the course's advice for it by rule (``helpers.precision``, per
+workload shape; nothing is measured for the report), each notebook's own result and time, and for a failure
 the notebook and section it belongs to and what it means for the lesson. pytest's own summary line stays last.
 ``python -m tools.preflight`` prints the machine part alone.
 """
@@ -62,25 +62,23 @@ def cell_section(notebook: str, item: str) -> str:
 
 
 def machine_lines(threads: int | None = None) -> list[str]:
-    """The machine, and the course's verdict for it from the speed profile (cached by notebook 00)."""
+    """The machine, and the course's advice for it by rule (helpers.precision: nothing is measured)."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
 
     import helpers
-    from helpers import speed
 
     device = helpers.pick_device()
     lines = [helpers.machine_stamp(device).replace("Outputs made on", "Machine")]
     try:
-        profile = speed.speed_profile(device)
-        for name in ("bfloat16", "float16"):
-            lines.append(f"  {name}: {profile[name].verdict}")
-        lines += ["  Advice here:"] + ["    " + line for line in
-                                        str(speed.recommendation(profile, device)).splitlines()]
+        advice = helpers.choose_precision(helpers.describe_device(device))
+        lines.append("  Advice by rule (07 §1; the notebooks' cells measure it):")
+        lines += [f"    {workload:>17}: {a.how}" + (f" {str(a.dtype)[6:]}" if a.dtype else "")
+                  + f" ({a.reason})" for workload, a in advice.items()]
     except Exception as error:  # the report never fails the run
-        lines.append(f"  (speed profile unavailable: {type(error).__name__}: {error})")
+        lines.append(f"  (advice unavailable: {type(error).__name__}: {error})")
     if device.type == "cpu" and not torch.cuda.is_available():
         lines.append("  No GPU: the CUDA branches are not run here (they are tested by simulation).")
     return lines

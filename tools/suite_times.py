@@ -1,9 +1,10 @@
 """How long the classroom pre-flight (``pytest``) takes, per notebook: ``python -m tools.suite_times``.
 
 Runs the whole suite once (``pytest --junitxml``), adds up the time of every test item per file group (the unit
-tests as one group, each notebook as one), and writes ``data/suite_times/suite_<cpu class>.json``. The CPU class is
-measured, not guessed: "native bf16" where :func:`helpers.speed.speed_profile` finds bf16 matmuls at least as
-fast as float32, else "emulated bf16" (an AVX2-only laptop; imitate one on a newer CPU with
+tests as one group, each notebook as one), and writes ``data/suite_times/suite_<cpu class>.json``. The CPU class
+comes from the CPU's flags and the kernels PyTorch may use: "native bf16" where the CPU has bf16 arithmetic
+(``avx512_bf16`` or ``amx_bf16``) and neither ``ATEN_CPU_CAPABILITY`` nor ``ONEDNN_MAX_CPU_ISA`` holds the kernels
+below AVX-512, else "emulated bf16" (an AVX2-only laptop; imitate one on a newer CPU with
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``). ``--readme`` prints the README's table from the recorded
 files. A benchmark, not a timed test: nothing fails because a machine is slow.
 """
@@ -24,7 +25,6 @@ from pathlib import Path
 import torch
 
 from helpers.device import cpu_flags
-from helpers.speed import speed_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMES_DIR = ROOT / "data" / "suite_times"
@@ -34,17 +34,28 @@ TARGET_X_REFERENCE = 350  # the whole suite within 350x the reference work on th
 README_TEST = "tests/test_course_stats.py::test_readme_suite_times_are_the_recorded_ones"
 
 
-def cpu_class() -> str:
-    """'native bf16' or 'emulated bf16', from this machine's measured bf16 matmul speed."""
-    return "native bf16" if speed_profile("cpu")["bfloat16"].compute_is_fast else "emulated bf16"
+BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # x86 instructions that do bf16 arithmetic (dot products, tiles)
+# ONEDNN_MAX_CPU_ISA values that stop oneDNN (PyTorch's CPU matmuls) short of its bf16 kernels
+ONEDNN_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI"}
+
+
+def cpu_class(flags: set[str] | None = None, environ: dict[str, str] | None = None) -> str:
+    """'native bf16' or 'emulated bf16', from the CPU's flags (``flags``, default this CPU's) and the kernel
+    limits in ``environ`` (default ``os.environ``): no measurement, so one busy moment cannot change the label."""
+    flags = cpu_flags() if flags is None else flags
+    environ = os.environ if environ is None else environ
+    aten_limited = environ.get("ATEN_CPU_CAPABILITY", "").lower() in {"default", "avx2"}
+    onednn_limited = environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in ONEDNN_WITHOUT_BF16
+    if flags & BF16_FLAGS and not aten_limited and not onednn_limited:
+        return "native bf16"
+    return "emulated bf16"
 
 
 def machine() -> str:
-    """The CPU model and its 16-bit flags, and the kernel restriction if one imitates another CPU class
-    (the speed profile's figures come from this machine, not from the class it imitates)."""
+    """The CPU model and its 16-bit flags, and the kernel restriction if one imitates another CPU class."""
     from tools.bench import machine_info
 
-    flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"})
+    flags = sorted(cpu_flags() & ({"avx2", "avx512f", "avx512_fp16", "amx_fp16"} | BF16_FLAGS))
     limits = [f"{name}={os.environ[name]}" for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
               if name in os.environ]
     imitation = f"; imitation: {' '.join(limits)}" if limits else ""
@@ -85,13 +96,8 @@ def measure(pytest_args: list[str] | None = None) -> dict:
                                     f"--deselect={README_TEST}", *(pytest_args or [])], cwd=ROOT)
         wall = time.perf_counter() - start
         groups = group_seconds(report)
-    profile = speed_profile("cpu")
     return {"cpu_class": cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "machine": machine(),
-            "speed_profile": {name: {field: round(getattr(speed, field), 3) for field in (
-                "matmul_speedup", "elementwise_speedup", "prefill_speedup", "decoding_speedup",
-                "training_speedup")} for name, speed in profile.items() if name != "float32"},
-            "speed_profile_stamp": profile.stamp, "speed_profile_measured_at": profile.measured_at,
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "created": datetime.date.today().isoformat(), "exit_status": completed.returncode,
             "deselected": [README_TEST],
@@ -101,18 +107,6 @@ def measure(pytest_args: list[str] | None = None) -> dict:
 
 def _records(directory: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(directory.glob("suite_*.json"))]
-
-
-def readme_speed_table(directory: Path = TIMES_DIR) -> str:
-    """The README's table of measured dtype speed (ratio to float32) for each recorded CPU class."""
-    rows = ["| CPU class (torch's kernels) | machine (CPU, flags) | bf16 matmul | bf16 element-wise | fp16 matmul "
-            "| fp16 element-wise |", "|---|---|---|---|---|---|"]
-    for r in _records(directory):
-        p = r["speed_profile"]
-        rows.append(f"| {r['cpu_class']} ({r['cpu_capability']}) | {r.get('machine', 'not recorded')} | "
-                    + " | ".join(f"{p[d][k]:.2g}x" for d in ("bfloat16", "float16")
-                                 for k in ("matmul_speedup", "elementwise_speedup")) + " |")
-    return "\n".join(rows)
 
 
 def readme_table(directory: Path = TIMES_DIR) -> str:
@@ -148,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="extra arguments for pytest")
     args = parser.parse_args(argv)
     if args.readme:
-        print(readme_speed_table(), readme_table(), sep="\n\n")
+        print(readme_table())
         return 0
     if args.reference:
         print(f"reference work: {reference_seconds():.2f} s on this machine now")

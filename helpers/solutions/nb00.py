@@ -14,24 +14,41 @@ def _bf16_running_sum_of_ones() -> float:
     return total.item()
 
 
+SHORT_LOG = (2.1, 2.5, 1.9, 2.3, 2.2, 2.8, 2.0)  # seven losses: a count that is not 10,000
+
+
+def _divided_wrongly(got: float, losses: torch.Tensor) -> str | None:
+    """What a wrong denominator gives away: n - 1 (a variance's), or a count typed in."""
+    total, n = losses.double().sum().item(), len(losses)
+    if math.isclose(got, total / (n - 1), rel_tol=2**-9):
+        return f"it divides by n - 1 ({n - 1}): a mean divides the sum by the count, n"
+    if n != 10_000 and math.isclose(got, total / 10_000, rel_tol=2**-9):
+        return "it divides by 10,000 whatever the count: divide by len(losses)"
+    return None
+
+
 class RepairedMean:
-    """00.4's judge: the answer is the learner's repaired function, run on the notebook's losses and
-    on skewed ones (mean 2, median 1.25: the median fails) against the float64 mean. A float16
-    result is two roundings of at most 2**-11 (torch.sum's output, the division): 2**-9 accepts
-    every correct fix; a typed number, the stalled float16 running sum or the median cannot pass."""
+    """00.4's judge: the answer is the learner's repaired function, run on the notebook's losses, on
+    skewed ones (mean 2, median 1.25: the median fails) and on seven losses (n - 1 and a typed
+    10,000 fail) against the float64 mean. A float16 result is two roundings of at most 2**-11
+    (torch.sum's output, the division): 2**-9 accepts every correct fix; a typed number, the
+    stalled float16 running sum, the median or a wrong count cannot pass."""
 
     def why_not(self, answer: object) -> str | None:
         if not callable(answer):
             return "the answer should be your repaired function itself (answer_4 = mean_of)"
         skewed = 0.5 + 6 * torch.rand(10_000, generator=torch.Generator().manual_seed(1)) ** 3
         for name, losses in (("the notebook's losses", logged_losses()),
-                             ("10,000 other float16 losses", skewed.half())):
+                             ("10,000 other float16 losses", skewed.half()),
+                             ("seven float16 losses", torch.tensor(SHORT_LOG).half())):
             got = answer(losses.clone())
             if not isinstance(got, (int, float, torch.Tensor)) or (
                     isinstance(got, torch.Tensor) and got.numel() != 1):
                 return f"it should return one number, not {type(got).__name__}"
             if not math.isclose(float(got), losses.double().mean().item(), rel_tol=2**-9):
-                return f"on {name} it does not return their mean (a float16 total stalls)"
+                wrong = _divided_wrongly(float(got), losses)
+                stalled = " (a float16 total stalls)" * (len(losses) > 2048)
+                return f"on {name} {wrong or 'it does not return their mean' + stalled}"
         return None
 
     def __repr__(self) -> str:

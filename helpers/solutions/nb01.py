@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -11,13 +12,15 @@ from ..data import shapes_dataset
 from ..dtype_trace import record_ops
 from ..measure import saved_activation_bytes
 from ..model import CHECKPOINT, ShapesCNN, load_reference_model
+from ..timing import compare
 
 
 def saved_bytes_of_half_model() -> int:
     """01.1: bytes autograd saves for backward in one float16 forward pass of the ``.half()``
     reference model on the first 64 test images (parameters left out; max-pool indices stay int64).
     """
-    model = load_reference_model().half()
+    with torch.random.fork_rng(devices=[]):  # building the model draws from the learner's generator
+        model = load_reference_model().half()
     batch = shapes_dataset("test", n=64).tensors[0].half()  # its own storage, as batch64
     return saved_activation_bytes(lambda: model(batch), exclude=model)
 
@@ -50,11 +53,28 @@ class _CastBytes(TorchDispatchMode):
 def autocast_parameter_cast_bytes() -> int:
     """01.3: bytes of the bfloat16 parameter copies autocast makes in one CPU forward pass of the
     reference model."""
-    model = load_reference_model()
+    with torch.random.fork_rng(devices=[]):  # building the model draws from the learner's generator
+        model = load_reference_model()
     counter = _CastBytes({p.data_ptr() for p in model.parameters()})
     with torch.inference_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16), counter:
         model(torch.zeros(1, 3, 32, 32))
     return counter.bytes
+
+
+class _BatchNormModes(TorchDispatchMode):
+    """Records, for every batch-norm op run inside it, whether it ran in training mode (batch statistics)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.training: list[bool] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name == "_native_batch_norm_legit_no_training":
+            self.training.append(False)
+        elif "batch_norm" in name and len(args) > 5 and isinstance(args[5], bool):
+            self.training.append(args[5])  # batch_norm, native_batch_norm, _native_batch_norm_legit
+        return func(*args, **(kwargs or {}))
 
 
 def serve_fixed(requests: list[torch.Tensor], checkpoint=CHECKPOINT,
@@ -85,11 +105,13 @@ class ServeJudge:
         with tempfile.TemporaryDirectory() as folder:
             checkpoint = Path(folder) / "sharper.pt"
             torch.save(state, checkpoint)
-            truth = serve_fixed([images], checkpoint, torch.float32)
+            with torch.random.fork_rng(devices=[]):  # ShapesCNN() draws its initial weights
+                truth = serve_fixed([images], checkpoint, torch.float32)
             try:
-                probabilities, ops = record_ops(lambda: serve(list(images.split(4)), checkpoint))
-                order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
-                regrouped = serve(list(images[order].split(4)), checkpoint)
+                with torch.random.fork_rng(devices=[]), _BatchNormModes() as batch_norms:
+                    probabilities, ops = record_ops(lambda: serve(list(images.split(4)), checkpoint))
+                    order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+                    regrouped = serve(list(images[order].split(4)), checkpoint)
             except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised
                 return f"serve raised {type(error).__name__} on requests of 4 images"
         if not isinstance(probabilities, torch.Tensor) or probabilities.shape != truth.shape:
@@ -98,6 +120,9 @@ class ServeJudge:
                         for d in op.input_dtypes}
         if layer_dtypes != {torch.float16}:
             return "the layers did not run on float16 weights and inputs (keep model.half())"
+        if any(batch_norms.training):
+            return ("BatchNorm ran in training mode, on the statistics of the images served together: "
+                    "call model.eval() (section 6)")
         probabilities = probabilities.float()
         if not probabilities.isfinite().all():
             return "some probabilities are NaN or inf: an exp overflowed on large logits"
@@ -110,11 +135,84 @@ class ServeJudge:
         return None
 
 
+def paired_speedup(baseline, candidate, threads: int, rounds: int = 5) -> tuple[float, float, float]:
+    """01.5, repaired: section 4's paired, interleaved rounds at ``threads`` threads (restored afterwards)."""
+    result = compare(baseline, candidate, threads=threads, rounds=rounds, round_s=0.02)
+    return result.ratio, result.low, result.high
+
+
+def _blocks(sides: list[str]) -> int:
+    """How many runs of consecutive calls to the same side: paired rounds make many, unpaired timing 2 to 4."""
+    return sum(1 for i, side in enumerate(sides) if i == 0 or side != sides[i - 1])
+
+
+class PairedTimingJudge:
+    """01.5: runs the learner's ``speedup(baseline, candidate, threads, rounds)`` on two functions of known speed
+    (sleeps: their length holds on a busy machine), at a thread count other than the current one, and checks
+    each part of the method: threads set and restored, several calls, paired rounds, the ratio's direction."""
+
+    BASELINE_S = 0.004
+    CANDIDATE_S = 0.002  # the candidate is twice as fast
+    ROUNDS = 5
+
+    def why_not(self, speedup) -> str | None:
+        if not callable(speedup):
+            return "the answer should be your repaired function itself (answer_5 = speedup)"
+        before = torch.get_num_threads()
+        requested = 1 if before > 1 else 2
+        calls: list[tuple[str, int]] = []
+
+        def baseline():
+            calls.append(("baseline", torch.get_num_threads()))
+            time.sleep(self.BASELINE_S)
+
+        def candidate():
+            calls.append(("candidate", torch.get_num_threads()))
+            time.sleep(self.CANDIDATE_S)
+
+        try:
+            result = speedup(baseline, candidate, requested, self.ROUNDS)
+        finally:
+            after = torch.get_num_threads()
+            torch.set_num_threads(before)
+        return self.judge(result, calls, requested, after == before)
+
+    def judge(self, result, calls: list[tuple[str, int]], requested: int, restored: bool) -> str | None:
+        numbers = isinstance(result, (tuple, list)) and len(result) == 3
+        if not numbers or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in result):
+            return "speedup should return three numbers: (median ratio, lowest round's ratio, highest round's ratio)"
+        sides = [side for side, _ in calls]
+        if {threads for _, threads in calls} != {requested}:
+            return "the variants did not run at the requested thread count: torch.set_num_threads(threads) first"
+        if not restored:
+            return "the thread count was not put back afterwards (restore it in a finally block)"
+        fewest = min(sides.count("baseline"), sides.count("candidate"))
+        if fewest < self.ROUNDS:
+            return (f"a variant ran only {fewest} time(s): time several calls in each of the rounds "
+                    "(one call is mostly noise)")
+        if _blocks(sides) < self.ROUNDS + 1:
+            return ("the baseline's calls did not alternate with the candidate's: pair them, a baseline and a "
+                    "candidate timing in every round, back to back")
+        ratio, low, high = result
+        if ratio < 0.05:
+            return (f"the first number, {ratio:.4f}, looks like the seconds of one side, not a ratio: divide the "
+                    "baseline's time by the candidate's in each round")
+        if 0.3 < ratio < 0.75:
+            return (f"the ratio, {ratio:.2f}, is inverted: baseline time / candidate time is above 1 when the "
+                    "candidate is faster (here it is about twice as fast)")
+        if not 1.5 < ratio < 2.7:
+            return f"the median ratio is {ratio:.2f}, but the candidate here is about twice as fast"
+        if not low <= ratio <= high:
+            return "the lowest and highest round ratios should lie on either side of the median"
+        return None
+
+
 SOLUTIONS = {
     "01.1": saved_bytes_of_half_model,
     "01.2": smallest_fp16_whose_square_overflows,
     "01.3": autocast_parameter_cast_bytes,
     "01.4": ServeJudge,
+    "01.5": PairedTimingJudge,
 }
 
 # 01.2 asks for a float16 number: only the exact value is right (no relative tolerance).

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ..dtype_trace import record_ops
 
@@ -64,6 +66,21 @@ def pool_inputs(flip_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor]
     return features, pad
 
 
+class _NegativeInfinity(TorchDispatchMode):
+    """Notes whether any op run inside it returned a floating tensor holding -inf."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in tree_leaves(out):
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not self.seen:
+                self.seen = bool(value.isneginf().any())
+        return out
+
+
 class RepairedPool:
     """02.4's judge: the answer is the learner's repaired ``AttentionPool`` class, built with the
     notebook's weights, run in float16 and float32 on :func:`pool_inputs`, traced."""
@@ -83,11 +100,16 @@ class RepairedPool:
         flipped = pool_inputs(flip_padding=True)[0]
         model, solution = _seeded(answer, dtype), _seeded(AttentionPool, dtype)
         with torch.inference_mode():
-            got, records = record_ops(lambda: model(features.to(dtype), pad))
+            with _NegativeInfinity() as negative_infinity:  # below record_ops: its own ops stay unrecorded
+                got, records = record_ops(lambda: model(features.to(dtype), pad))
             moved = model(flipped.to(dtype), pad)
             want = solution(features.to(dtype), pad)
         if got.shape != want.shape:
             return f"its output has shape {tuple(got.shape)}, not {tuple(want.shape)}"
+        if any(len(set(record.input_dtypes)) > 1 for record in records):
+            return (f"a tensor of another dtype mixes into the {str(dtype)[6:]} computation (a Python number times "
+                    "the bool mask, pad * -1e9, is float32): build the mask from the scores, in their dtype, "
+                    "as section 5 does; a cast of the result afterwards hides the leak, it does not remove it")
         if got.dtype != dtype:
             return (f"the {str(dtype)[6:]} module returns {str(got.dtype)[6:]}: a dtype is "
                     "hard-coded or a tensor of another dtype leaks in")
@@ -95,6 +117,9 @@ class RepairedPool:
             return "nan_to_num hides the NaN instead of removing its cause"
         if not got[:3].isfinite().all():
             return "rows with real tokens still give NaN or inf"
+        if negative_infinity.seen:
+            return ("a score became -inf (a -inf fill, or an added finfo.min that overflowed): section 5 replaces "
+                    "the padded scores with torch.finfo(dtype).min, never -inf")
         # a softmax-weighted mean of features |x| <= ~16: a right repair is a few roundings away
         tol = 8 * torch.finfo(dtype).eps * 16
         if not torch.allclose(moved[:3].float(), got[:3].float(), rtol=0, atol=tol):

@@ -50,30 +50,39 @@ def attention_weights(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tens
 
 class MaskJudge:
     """08.3's judge: the answer is the learner's ``attention_weights(scores, allowed)``, run on new
-    float16 scores, all at or below -16 (where finfo.min *added* rounds to -inf), with fully masked
-    rows. No op may make an inf or NaN (nan_to_num on the softmax output, a -inf fill and an added
-    mask fail), disallowed keys get weight 0, allowed ones a softmax of their scores."""
+    float16 scores with fully masked rows: scores at or below -16 (where finfo.min *added* rounds
+    to -inf), then realistic low scores around -300 (a fill of -45, below the first set only, gives
+    disallowed keys the largest weights there). No op may make an inf or NaN (nan_to_num on the
+    softmax output, a -inf fill and an added mask fail), disallowed keys get weight 0, allowed ones
+    a softmax of their scores."""
 
     def why_not(self, answer: object) -> str | None:
         if not callable(answer):
             return "answer_3 should be your repaired function attention_weights itself"
+        low = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(9))
+        for top, spread in ((-16, 24), (-280, 40)):
+            reason = self._why_not_on(answer, (top - spread * low).half(), top)
+            if reason is not None:
+                return reason
+        return None
+
+    def _why_not_on(self, answer, scores: torch.Tensor, top: int) -> str | None:
         pad = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1, 1]]).bool()
         allowed = pad[:, None, :] & torch.ones(8, 8, dtype=torch.bool).tril()
-        low = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(9))
-        scores = (-16 - 24 * low).half()  # every score at or below -16
         try:
             weights, made = first_nonfinite_op(lambda: answer(scores.clone(), allowed))
         except Exception as error:  # noqa: BLE001 - any error of the learner's function is feedback
             return f"attention_weights raised {type(error).__name__}: {str(error).splitlines()[0]}"
         if made is not None:
-            return (f"`{made.name}` made {made.kind} from float16 scores at or below -16: fill "
+            return (f"`{made.name}` made {made.kind} from float16 scores at or below {top}: fill "
                     "the disallowed scores (masked_fill) with a value float16 holds, do not add to "
                     "them")
         if not (torch.is_tensor(weights) and weights.shape == scores.shape):
             return "attention_weights should return the softmax weights, shaped like the scores"
         disallowed, real_rows = ~allowed[:, None], pad[:, None, :, None]
         if weights.float().masked_fill(~(disallowed & real_rows), 0).abs().max() > 0:
-            return "a real token still gives weight to a disallowed key"
+            return (f"with scores at or below {top}, a real token still gives weight to a "
+                    "disallowed key: the fill must lie below any score (finfo(dtype).min)")
         expected = scores.double().masked_fill(disallowed, -math.inf).softmax(-1)
         error = (weights.double() - expected)[real_rows.expand_as(weights)].abs().max()
         if error > 2e-3:  # float16 weights: a few units of its eps
