@@ -114,7 +114,12 @@ def train(model: nn.Module, data: list, amp: torch.dtype | None, record: dict):
     record["losses"] = []
     for x, y in data:
         saved: list[torch.Tensor] = []
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+
+        def pack(t: torch.Tensor) -> torch.Tensor:  # autograd saves t for backward: note it, keep it
+            saved.append(t)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with torch.amp.autocast(device.type, dtype=amp or torch.float32, enabled=bool(amp)):
                 logits = model(x)
                 loss = F.cross_entropy(logits.float(), y)
@@ -200,7 +205,8 @@ def reduction_errors(x: torch.Tensor, y: torch.Tensor) -> dict:
     base = tiny_model(x.device)
     F.cross_entropy(base(x), y).backward()  # this rank's own float32 gradient
     mine = _flat(p.grad for p in base.parameters())
-    dist.all_reduce(reference := mine.clone())
+    reference = mine.clone()
+    dist.all_reduce(reference)
     reference /= dist.get_world_size()
     out = {"elements": mine.numel(), "noise": ((mine - reference).norm() / reference.norm()).item()}
     for name, hook in HOOKS.items():

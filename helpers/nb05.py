@@ -1,26 +1,17 @@
-"""Notebook 05's scaffolding: autocast's per-thread state, DataParallel re-enacted, launches."""
+"""Notebook 05's scaffolding: autocast's per-thread state, DataParallel re-enacted (launches: ``helpers.jobs``)."""
 
-import contextlib
 import copy
 import inspect
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
 
 from . import ddp_train  # noqa: F401 (the job's script: notebook 05 reads its source)
 from .device import autocast_state
-
-LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")  # an enclosing job's
+from .jobs import free_port, local_launch_env, run_job  # noqa: F401 (the notebook calls lab.run_job)
 
 
 def run_in_thread(fn: Callable[..., Any], *args: Any, name: str = "worker", **kwargs: Any) -> Any:
@@ -129,76 +120,14 @@ def source_lines(obj: Any, needles: Sequence[str]) -> list[str]:
             if any(n in line for n in needles)]
 
 
-def local_launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (``os.environ``) without a job's variables, 1 thread per rank, gloo on loopback."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in LAUNCH_ENV}
-    env["OMP_NUM_THREADS"] = "1"
-    loopback = {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
-    return {**env, "GLOO_SOCKET_IFNAME": loopback} if loopback else env
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the system picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux ``/proc``; none elsewhere)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            parents.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
-
-
-def _stop(process: subprocess.Popen) -> str:
-    """Kill ``process``, its session and every descendant; its stderr (no wait on held pipes)."""
-    if os.name != "posix":
-        process.kill()
-    victims = [(os.killpg, process.pid)] + [(os.kill, pid) for pid in _descendants(process.pid)]
-    for kill, pid in victims:
-        with contextlib.suppress(ProcessLookupError, PermissionError, AttributeError):
-            kill(pid, signal.SIGKILL)
-    try:
-        return process.communicate(timeout=10)[1] or ""
-    except subprocess.TimeoutExpired:
-        return "(no stderr: a process it started still held the pipe)"
-
-
-def _run(command: Sequence[str], timeout: float, **popen: Any) -> tuple:
-    """(CompletedProcess or None if it ran past ``timeout`` s and was killed, its stderr)."""
-    with subprocess.Popen(list(command), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=os.name == "posix", **popen) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, _stop(process)
-    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr), stderr
-
-
-def run_job(command: Sequence[str] | Callable[[int], Sequence[Sequence[str]]], *, timeout: float,
-            cwd: str | None = None, env: Mapping[str, str] | None = None, attempts: int = 1) -> Any:
-    """Run ``command`` (or all of ``command(free_port())`` at once: agents), capturing output; past
-    ``timeout`` s kill it all, retry on a new port, ``attempts`` in all, then ``TimeoutError``."""
-    for attempt in range(1, attempts + 1):
-        commands = command(free_port()) if callable(command) else [command]
-        with ThreadPoolExecutor(len(commands)) as pool:
-            runs = list(pool.map(lambda c: _run(c, timeout, cwd=cwd, env=env and dict(env)),
-                                 commands))
-        if all(done for done, _ in runs):
-            for done, _ in runs:
-                done.attempts_used = attempt
-            return [done for done, _ in runs] if callable(command) else runs[0][0]
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, not {attempts}")
-    raise TimeoutError(f"the job did not finish within {timeout:g} s and was stopped ({attempts} "
-                       f"attempt(s)); the end of its messages (each command's):\n"
-                       + "\n".join(err[-2000:] for _, err in runs))
+def source_block(obj: Any, first: str, last: str) -> list[str]:
+    """The lines of ``obj``'s source from the first that contains ``first`` to the next that contains
+    ``last``, as 'line number: code'; ``ValueError`` if either is missing (the source changed)."""
+    lines, start = inspect.getsourcelines(obj)
+    begin = next((k for k, line in enumerate(lines) if first in line), None)
+    if begin is None:
+        raise ValueError(f"{obj.__qualname__} has no line containing {first!r}")
+    end = next((k for k in range(begin, len(lines)) if last in lines[k]), None)
+    if end is None:
+        raise ValueError(f"{obj.__qualname__} has no line containing {last!r} after {first!r}")
+    return [f"{start + k:4d}: {lines[k].rstrip()}" for k in range(begin, end + 1)]

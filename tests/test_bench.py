@@ -293,6 +293,17 @@ def test_inference_entry(mode):
     assert entry["peak_memory_bytes"] >= 2 * 8 * 16 * 16 * (4 if mode == "float32" else 2)
 
 
+def test_inference_memory_counts_the_tensors_one_call_makes_and_autocast_s_weight_copies():
+    net = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.Conv2d(64, 8, 3, padding=1))  # 1.8k + 4.6k weights
+    entries = {mode: bench.inference_memory(bench.prepare_model(net, mode), mode, 1, image_size=4)
+               for mode in ("float32", "bfloat16", "autocast_bfloat16")}
+    assert {e["dtype"] for e in entries.values()} == set(entries) and all(e["batch"] == 1 for e in entries.values())
+    assert all(e["peak_reserved_bytes"] is None for e in entries.values())  # a CPU: no allocator figure
+    memory = {mode: e["peak_memory_bytes"] for mode, e in entries.items()}
+    assert memory["float32"] == 2 * memory["bfloat16"]  # the same activations, half the bytes
+    assert memory["autocast_bfloat16"] > memory["float32"]  # per call: the weights cast again, on top
+
+
 @pytest.mark.parametrize("mode", recorder.TRAIN_MODES)
 def test_train_step_leaves_the_model_alone_and_counts_gradients(mode):
     model = tiny_model()
@@ -321,7 +332,7 @@ def test_train_step_records_the_steps_a_grad_scaler_skips(monkeypatch):
     scaler = entry["scaler"]
     assert scaler["init_scale"] == 2.0**100 and scaler["skipped_steps"] >= 1
     assert scaler["final_scale"] == 2.0**100 / 2 ** scaler["skipped_steps"]
-    text = bench.results_markdown([record_with(train_step=[entry])])
+    text = recorder.results_markdown([record_with(train_step=[entry])])
     assert f"skipped {scaler['skipped_steps']} of {scaler['steps']} steps" in text
 
 
@@ -365,7 +376,7 @@ def test_main_quick_needs_out_and_saves_nothing_without_it(tiny_bench, monkeypat
 def test_main_readme_prints_the_section(tmp_path, capsys):
     recorder.save_record(record_with(), tmp_path)
     recorder.main(["--readme", "--out", str(tmp_path)])
-    assert capsys.readouterr().out == bench.results_markdown(bench.load_records(tmp_path))
+    assert capsys.readouterr().out == recorder.results_markdown(bench.load_records(tmp_path))
 
 
 def test_save_record_writes_one_file_per_machine_and_device(tmp_path):
@@ -377,17 +388,17 @@ def test_save_record_writes_one_file_per_machine_and_device(tmp_path):
 
 
 def test_results_markdown_says_when_gpu_results_are_missing_and_what_memory_means():
-    cpu_only = bench.results_markdown([record_with()])
+    cpu_only = recorder.results_markdown([record_with()])
     assert cpu_only.startswith("## Results\n") and "No GPU results are recorded yet" in cpu_only
     assert "| tf32 | 64 | absent |" in cpu_only and "| float32 | 10 |" in cpu_only
     assert "strict fp32" in cpu_only and "on top of the weights" in cpu_only
     assert "| float32 | 2 | 50 | 1.5 |" in cpu_only  # 1.5e6 bytes
     older = record_with(train_step=[{"model": "resnet50", "mode": "float32", "batch": 2, "step_ms": 50.0,
                                      "peak_memory_bytes": None, "peak_tensor_bytes": 2_000_000}])
-    assert "| float32 | 2 | 50 | 2 |" in bench.results_markdown([older])  # older CPU records kept it there
+    assert "| float32 | 2 | 50 | 2 |" in recorder.results_markdown([older])  # older CPU records kept it there
     gpu = record_with(machine={"device": "cuda", "device_name": "GPU", "threads": 1, "gpu_capability": "9.0"})
-    assert "No GPU results" not in bench.results_markdown([record_with(), gpu])
-    assert "fraction of peak" not in bench.results_markdown([gpu])  # an unknown GPU: no datasheet
+    assert "No GPU results" not in recorder.results_markdown([record_with(), gpu])
+    assert "fraction of peak" not in recorder.results_markdown([gpu])  # an unknown GPU: no datasheet
 
 
 def test_results_markdown_reports_gemms_as_a_fraction_of_the_datasheet_peak():
@@ -395,7 +406,7 @@ def test_results_markdown_reports_gemms_as_a_fraction_of_the_datasheet_peak():
                                 "gpu_capability": "9.0"},
                        gemm=[{"dtype": "float32", "n": 8192, "tflops": 50.25, "seconds": 0.02},
                              {"dtype": "bfloat16", "n": 8192, "tflops": 742.1, "seconds": 0.002}])
-    text = bench.results_markdown([h100])
+    text = recorder.results_markdown([h100])
     assert "fraction of the H100 SXM's dense datasheet peak" in text and "about 80%" in text
     assert "| float32 | 8192 | 50.2 | 67 | 0.75 |" in text
     assert "| bfloat16 | 8192 | 742 | 989.5 | 0.75 |" in text
@@ -410,12 +421,12 @@ def test_results_markdown_names_both_float32_baselines_where_tf32_was_measured()
                                "gpu_capability": "9.0"},
                       inference=entries("dtype", (("float32", 100.0), ("tf32", 250.0), ("autocast_bfloat16", 500.0))),
                       train_step=entries("mode", (("float32", 300.0), ("tf32", 150.0), ("autocast_bfloat16", 100.0))))
-    text = bench.results_markdown([gpu])
+    text = recorder.results_markdown([gpu])
     assert ("Inference at batch 32, speed-up over each float32 baseline: autocast_bfloat16 5.00x strict fp32, "
             "2.00x TF32.") in text
     assert ("Training step, speed-up over each float32 baseline: autocast_bfloat16 3.00x strict fp32, "
             "1.50x TF32.") in text
-    assert "speed-up" not in bench.results_markdown([record_with()])  # a CPU: strict fp32 is its only float32
+    assert "speed-up" not in recorder.results_markdown([record_with()])  # a CPU: strict fp32 is its only float32
 
 
 def test_plot_inference_draws_what_is_recorded():
@@ -446,5 +457,5 @@ def test_readme_results_section_matches_the_recorded_files():
     text = README.read_text()
     match = re.search(r"^## Results\n.*?(?=^## )", text, flags=re.M | re.S)
     assert match, "README.md needs a '## Results' section before the next '## ' heading"
-    assert match.group(0).rstrip("\n") == bench.results_markdown(bench.load_records()).rstrip("\n"), (
+    assert match.group(0).rstrip("\n") == recorder.results_markdown(bench.load_records()).rstrip("\n"), (
         f"regenerate it: {bench.REPRODUCE} --readme")

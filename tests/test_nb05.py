@@ -24,11 +24,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import parallel_apply
 
-from helpers import ddp_train
+from helpers import ddp_train, jobs, nb05
 from helpers.device import AutocastState, autocast_state
 from helpers.exercises import feedback, grade, solution
 from helpers.nb05 import (DtypeProbe, Seen, SharedLog, free_port, local_launch_env, observe, replay_data_parallel,
-                          run_in_thread, run_job, source_lines)
+                          run_in_thread, run_job, source_block, source_lines)
 from helpers.solutions.nb05 import _gradients
 
 X = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
@@ -261,6 +261,50 @@ def _notebook_cell(needle: str) -> str:
     return matching[0]
 
 
+def _cells_under(heading: str) -> tuple[str, str]:
+    """(source, printed output) of the first code cell after the markdown cell containing ``heading``."""
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "05_dataparallel_and_ddp.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    start = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and heading in "".join(c["source"]))
+    cell = next(c for c in cells[start:] if c["cell_type"] == "code")
+    printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    return "".join(cell["source"]), printed
+
+
+def _run_cell(source: str, capsys) -> str:
+    exec(source, {"lab": nb05})
+    return capsys.readouterr().out
+
+
+DDP_PROMISES = ("DistributedDataParallel(model", "torch.amp.autocast(", "GradScaler(", "scaler.scale(loss).backward()",
+                "scaler.step(optimizer)", "scaler.update()", "loss.backward()")
+
+
+def test_the_ddp_excerpt_holds_the_wrap_autocast_and_the_scaler_its_heading_promises(capsys):
+    source, committed = _cells_under("Its data-parallel and mixed-precision lines")
+    for printed in (_run_cell(source, capsys), committed):  # the cell run now, and its committed output
+        missing = [line for line in DDP_PROMISES if line not in printed]
+        assert not missing, f"the excerpt lacks {missing}"
+
+
+def test_the_fsdp2_excerpt_holds_the_policy_its_heading_promises(capsys):
+    source, committed = _cells_under("`output_dtype=float32` (the third argument); its lines")
+    promises = ("MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)",
+                "fully_shard(layer, mp_policy=policy)", "fully_shard(model, mp_policy=MixedPrecisionPolicy(")
+    for printed in (_run_cell(source, capsys), committed):
+        assert all(line in printed for line in promises), printed
+
+
+def test_source_block_numbers_the_lines_between_two_markers_and_refuses_a_missing_one():
+    block = source_block(replay_data_parallel, "def worker", "threading.Thread(")
+    assert "def worker" in block[0] and "threading.Thread(" in block[-1] and len(block) > 3
+    assert all(re.match(r"^ *\d+: ", line) for line in block)
+    with pytest.raises(ValueError, match="no line containing 'not in the source'"):
+        source_block(replay_data_parallel, "not in the source", "threading.Thread(")
+    with pytest.raises(ValueError, match="after 'def worker'"):
+        source_block(replay_data_parallel, "def worker", "not in the source")
+
+
 def _exercise_setup(needle: str, **names) -> dict:
     """Run the notebook's exercise cell as given, up to its answer line, and return its names."""
     source = _notebook_cell(needle).split("answer_")[0]
@@ -374,6 +418,17 @@ def test_exercise_05_5_wants_bfloat16_compute_and_float32_reduction():
     assert feedback("05.5", torch.float32) == "hand the check the repaired MixedPrecisionPolicy, not dtype"
 
 
+@pytest.mark.parametrize("field, value", [("reduce_dtype", "float32"), ("reduce_dtype", "torch.float32"),
+                                          ("param_dtype", "bfloat16")])
+def test_exercise_05_5_a_dtype_given_as_a_string_is_told_it_is_a_string(field, value):
+    MixedPrecisionPolicy, _ = ddp_train.fsdp2()
+    fields = {"param_dtype": torch.bfloat16, "reduce_dtype": torch.float32, field: value}
+    text = feedback("05.5", MixedPrecisionPolicy(**fields))
+    assert f"{field} is {value!r}, a str, not a torch.dtype" in text
+    assert "torch.float32" in text or "torch.bfloat16" in text
+    assert "averaged in" not in text
+
+
 # ------------------------------------------------------------------------------ launches: run_job, agents
 
 def test_local_launch_env_drops_job_variables_and_pins_threads_and_loopback():
@@ -384,6 +439,11 @@ def test_local_launch_env_drops_job_variables_and_pins_threads_and_loopback():
     if sys.platform.startswith("linux"):
         assert env["GLOO_SOCKET_IFNAME"] == "lo" and "lo" in {name for _, name in socket.if_nameindex()}
     assert base["RANK"] == "3"  # the caller's mapping is left alone
+
+
+def test_jobs_reads_the_parent_from_a_stat_line_whose_name_holds_spaces_and_parentheses():
+    assert jobs.parent_of("4242 (python (x) y) S 17 4242 4242 0 -1") == 17
+    assert os.getpid() in jobs.descendants(os.getppid()) or not Path("/proc").exists()
 
 
 def test_free_port_is_free_and_on_loopback():

@@ -85,14 +85,55 @@ def test_onednn_conv_kernels_names_a_convolution_where_onednn_runs():
         assert all(any(k.startswith("convolution ") for k in found) for found in kernels.values())
 
 
-def test_sweep_table_of_live_entries():
-    net = bench.prepare_model(small_net(), "bfloat16")
-    entries = [bench.inference(net, "bfloat16", b, image_size=16, min_run_time=0.01) for b in (1, 2)]
-    table = nb06.sweep_table(entries).splitlines()
-    assert table[0].split()[:3] == ["mode", "batch", "images/s"] and len(table) == 3
-    row = table[2].split()
-    assert row[:2] == ["bfloat16", "2"] and row[-1] == "-"  # no reserved memory on a CPU
-    assert float(row[4]) == pytest.approx(entries[1]["peak_memory_bytes"] / 2 / 2**20, abs=0.01)
+def test_memory_table_gives_mib_per_request():
+    entries = [{"dtype": "float32", "batch": 4, "peak_memory_bytes": 8 * 2**20, "peak_reserved_bytes": None},
+               {"dtype": "autocast_bfloat16", "batch": 1, "peak_memory_bytes": 2**20, "peak_reserved_bytes": 3 * 2**20}]
+    table = nb06.memory_table(entries).splitlines()
+    assert table[0].split() == ["mode", "batch", "MiB/request", "reserved", "MiB"]
+    assert table[1].split() == ["float32", "4", "2.00", "-"]
+    assert table[2].split() == ["autocast_bfloat16", "1", "1.00", "3.0"]
+
+
+def test_photo_batch_copies_the_photo_channels_last():
+    photo = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    batch = nb06.photo_batch(photo, 3, 16)
+    assert batch.shape == (3, 3, 16, 16) and batch.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(batch[0], batch[2]) and torch.equal(batch[:1], nb06.resize(photo, 16))
+
+
+def _comparison(verdict: str) -> helpers.timing.Comparison:
+    ratio = {"faster": 1.5, "slower": 0.5, "no clear difference": 1.0}[verdict]
+    return helpers.timing.Comparison(ratio, ratio, ratio, verdict, 1.0, 1 / ratio, 2)
+
+
+def test_against_rule_agrees_or_prints_a_finding_with_a_reason():
+    advice = helpers.precision.Advice(torch.bfloat16, "16-bit weights", "a reason")
+    results = {(torch.bfloat16, "16-bit weights"): _comparison("faster"),
+               (torch.bfloat16, "autocast"): _comparison("slower"),
+               (torch.float16, "16-bit weights"): _comparison("faster")}
+    lines = nb06.against_rule(advice, results)
+    assert lines[0] == "16-bit weights bfloat16: faster, as the rule advises"
+    assert lines[1] == "autocast bfloat16: slower; not the rule's pick: they agree"
+    assert lines[2].startswith("16-bit weights float16: faster too; the rule's pick (16-bit weights) also measured")
+    slow_pick = {**results, (torch.bfloat16, "16-bit weights"): _comparison("slower")}
+    lines = nb06.against_rule(advice, slow_pick)
+    assert lines[0].startswith("finding: 16-bit weights bfloat16 measured slower, the rule advises it; likely reason:")
+    assert "too small to be compute-bound" in lines[0]
+    assert lines[2].startswith("finding: 16-bit weights float16 measured faster, not the rule's pick; likely reason")
+    assert "half the bytes" in lines[2]
+    same_dtype = nb06.against_rule(advice, {(torch.bfloat16, "16-bit weights"): _comparison("no clear difference"),
+                                            (torch.bfloat16, "autocast"): _comparison("faster")})
+    assert same_dtype[0].startswith("finding: 16-bit weights bfloat16 measured no clear difference")
+    assert "noise" in same_dtype[0]
+    assert same_dtype[1].startswith("finding: autocast bfloat16 measured faster, not the rule's pick")
+    assert "16-bit weights measured no clear difference: the gain is within the margin" in same_dtype[1]
+    autocast_advice = helpers.precision.Advice(torch.bfloat16, "autocast", "a reason")
+    slow = nb06.against_rule(autocast_advice, {(torch.bfloat16, "autocast"): _comparison("slower")})
+    assert "casts every weight again" in slow[0]
+    measure = helpers.precision.Advice(None, "measure", "a reason")
+    assert "the rule says measure" in nb06.against_rule(measure, results)[0]
+    float32 = helpers.precision.Advice(torch.float32, "float32", "a reason")
+    assert nb06.against_rule(float32, results)[0].startswith("finding: 16-bit weights bfloat16 measured faster")
 
 
 # --- exercises 06.1-06.3 -----------------------------------------------------------------------------------
@@ -125,6 +166,16 @@ def test_solution_06_2_on_the_recorded_file():
     best_bf16 = next(v for v, mode in reversed(speeds) if mode == "bfloat16")
     best_fp32 = next(v for v, mode in reversed(speeds) if mode == "float32")
     assert solution("06.2") == pytest.approx(best_bf16 / best_fp32)
+
+
+@pytest.mark.parametrize("key", ["06.1", "06.3"])
+def test_checks_06_1_and_06_3_leave_the_learner_s_global_generator_alone(key):
+    solutions_06.SOLUTIONS[key].cache_clear()  # the check must compute its answer now, not reuse it
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    assert grade(key, 1.0) is False  # the check builds a ResNet-50 to compute the right answer
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_solution_06_3_fp16_headroom_on_the_photo():

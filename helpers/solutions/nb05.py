@@ -161,6 +161,12 @@ class ReducesInFloat32:
         MixedPrecisionPolicy, _ = fsdp2()
         if not isinstance(answer, MixedPrecisionPolicy):
             return f"hand the check the repaired MixedPrecisionPolicy, not {type(answer).__name__}"
+        for field in ("param_dtype", "reduce_dtype", "output_dtype"):
+            value = getattr(answer, field)
+            if value is not None and not isinstance(value, torch.dtype):
+                spelled = str(value).removeprefix("torch.")
+                return (f"{field} is {value!r}, a {type(value).__name__}, not a torch.dtype: "
+                        f"write torch.{spelled}, not the {type(value).__name__} {value!r}")
         if answer.param_dtype != torch.bfloat16:
             return "the policy no longer computes in bfloat16 (param_dtype)"
         reduced = answer.reduce_dtype or answer.param_dtype  # unset: FSDP2 reduces in param_dtype

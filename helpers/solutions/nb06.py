@@ -32,7 +32,9 @@ def photo_batch() -> torch.Tensor:
 def half_resnet50_bytes() -> int:
     """06.1: bytes of a ResNet-50's parameters and buffers after ``.half()`` (num_batches_tracked
     stays int64)."""
-    return parameter_bytes(models.resnet50(weights=None).half())
+    with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the learner's generator alone
+        model = models.resnet50(weights=None)
+    return parameter_bytes(model.half())
 
 
 def recorded_cpu_bf16_speedup() -> float:
@@ -48,8 +50,9 @@ def recorded_cpu_bf16_speedup() -> float:
 def fp16_headroom_on_photo() -> float:
     """06.3: fp16 max / the largest |output| of any module of a seeded eval-mode ResNet-50 on the
     photo (fp32)."""
-    torch.manual_seed(0)
-    model = models.resnet50(weights=None).eval()
+    with torch.random.fork_rng(devices=[]):  # seeding here must not reseed the learner's generator
+        torch.manual_seed(0)
+        model = models.resnet50(weights=None).eval()
     largest: list[float] = []
     for module in model.modules():
         module.register_forward_hook(
