@@ -3,8 +3,9 @@ turns them into the README's tables)."""
 
 import copy
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn

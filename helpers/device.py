@@ -6,8 +6,9 @@ import logging
 import os
 import platform
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import torch
 

@@ -1,7 +1,8 @@
 """The dtype of every ATen op a piece of code runs (below autocast: casts visible); 02 §3."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -1,7 +1,8 @@
 """Dtype leaks: ops that pull a half-precision run back to float32 (not for autocast); 02 §6."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

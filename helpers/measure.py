@@ -1,6 +1,7 @@
 """Measurement (01): parameter bytes (§1), timing and CUDA memory (§4), saved bytes (§6)."""
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
 from . import timing
 from .device import last_level_cache_bytes
+from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
 
 COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
 SWEEP_FLOPS = 8e9  # the time budget: float32 FLOPs of the largest batch's call (past batch 32)

@@ -1,8 +1,8 @@
 """Notebook 03's scaffolding: section 3's op table; section 4's float32-vs-autocast runs of the
 notebook's training step, and how its measured speed compares with the precision rule."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn

@@ -1,7 +1,8 @@
 """Notebook 04's scaffolding: real gradients vs float16's range, the *faint task* (underflows)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn

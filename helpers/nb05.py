@@ -3,8 +3,9 @@
 import copy
 import inspect
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn

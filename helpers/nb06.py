@@ -4,7 +4,8 @@ import os
 import re
 import sys
 import tempfile
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn

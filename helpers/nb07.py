@@ -1,5 +1,5 @@
 """Notebook 07's scaffolding: made-up descriptions of devices, and the rule's table of them (§1)."""
-from typing import Callable
+from collections.abc import Callable
 
 
 def cpu(*flags: str, arch: str = "x86_64", system: str = "Linux") -> dict:

@@ -2,13 +2,14 @@
 copies of the step and the op log that notebook 09 section 1 types in its cells."""
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
+
 from .device import quiet_native_stderr
 
 # An event's category: that of its outermost matching event (the optimizer's casts: optimizer)

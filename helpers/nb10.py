@@ -2,14 +2,13 @@
 plots. The techniques themselves (quantisation, MX scales, the fp8 linear layer, the training loop)
 are written in the notebook's cells; this module holds only what carries them."""
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from . import peaks
-from .nb08 import CHECKPOINT, GPT, batch, corpus_text, encode, load_gpt, mean_loss  # noqa: F401
-from .nb08 import next_token_loss, token_splits  # noqa: F401
+from .nb08 import CHECKPOINT, GPT, batch, corpus_text, encode, load_gpt, mean_loss, next_token_loss, token_splits  # noqa: F401  # noqa: F401
 
 
 def capitals_splits() -> tuple[torch.Tensor, torch.Tensor]:

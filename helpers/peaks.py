@@ -37,7 +37,7 @@ class GpuPeak:
     block_scaled_tflops: dict[str, float] = field(default_factory=dict)  # "mxfp8"...: Blackwell on
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(path: str) -> tuple[GpuPeak, ...]:
     gpus = json.loads(Path(path).read_text())["gpus"]
     return tuple(GpuPeak(**{**g, "tflops": dict(g["tflops"]), "match": tuple(g["match"])})

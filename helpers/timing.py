@@ -7,7 +7,8 @@ ratio each; the median is the figure, the rounds' range its spread, and the verd
 
 import statistics
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 

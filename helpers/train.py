@@ -1,8 +1,8 @@
 """The training and evaluation loops (float32, autocast, GradScaler): notebooks 03 and 04."""
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import torch
 from torch import nn

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-import helpers
-from helpers import exercises, nb00 as lab
+from helpers import exercises
+from helpers import nb00 as lab
 
 SIZE = 4096
 
@@ -105,24 +105,24 @@ def test_exercise_00_4_wrong_answers_are_not_yet_and_fixes_are_accepted():
     losses = lab.logged_losses()
     wrong = [running_mean(torch.float16), 2.3, losses.float().median().item(),  # the given code;
              running_mean(torch.float32)(losses),  # the text's "about 2.3"; the median; a number,
-             lambda l: 2.3, lambda l: l.float().median().item()]  # not the repaired function
+             lambda x: 2.3, lambda x: x.float().median().item()]  # not the repaired function
     assert [grade("00.4", answer) for answer in wrong] == [False] * len(wrong)
     fixes = [running_mean(torch.float32), running_mean(torch.float64),  # a float32 accumulator
-             lambda l: (l.sum() / len(l)).item(), lambda l: l.mean().item(),  # one reduction
-             lambda l: l.float().mean().item(), lambda l: l.float().sum().item() / l.numel()]
+             lambda x: (x.sum() / len(x)).item(), lambda x: x.mean().item(),  # one reduction
+             lambda x: x.float().mean().item(), lambda x: x.float().sum().item() / x.numel()]
     assert [grade("00.4", answer) for answer in fixes] == [True] * len(fixes)
 
 
 def test_exercise_00_4_rejects_n_minus_1_and_names_it():
     """Divided by n - 1: within 1e-4 of the mean on 10,000 losses, so the seven-loss input catches it."""
-    reason = exercises.feedback("00.4", lambda l: (l.float().sum() / (len(l) - 1)).item())
+    reason = exercises.feedback("00.4", lambda x: (x.float().sum() / (len(x) - 1)).item())
     assert reason is not None and "seven float16 losses" in reason and "n - 1 (6)" in reason
 
 
 def test_exercise_00_4_rejects_a_typed_count_of_10000_and_names_it():
-    reason = exercises.feedback("00.4", lambda l: (l.float().sum() / 10_000).item())
+    reason = exercises.feedback("00.4", lambda x: (x.float().sum() / 10_000).item())
     assert reason is not None and "seven float16 losses" in reason and "10,000 whatever the count" in reason
-    loop = exercises.feedback("00.4", lambda l: sum(float(v) for v in l) / 10_000)  # the loop, count typed
+    loop = exercises.feedback("00.4", lambda x: sum(float(v) for v in x) / 10_000)  # the loop, count typed
     assert loop is not None and "len(losses)" in loop
 
 

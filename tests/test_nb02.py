@@ -6,10 +6,9 @@ import math
 
 import pytest
 import torch
-
-import helpers
 from torch import nn
 
+import helpers
 from helpers.exercises import feedback, grade, solution, tolerance
 
 

@@ -11,8 +11,7 @@ import helpers
 from helpers import nb04 as lab
 from helpers.exercises import feedback, solution
 from helpers.model import ShapesCNN
-from helpers.solutions.nb04 import (injected_inf_steps, load_with_scaler, make_run, save_with_scaler,
-                                    unscale_then_clip)
+from helpers.solutions.nb04 import injected_inf_steps, load_with_scaler, make_run, save_with_scaler, unscale_then_clip
 
 CPU = torch.device("cpu")
 
@@ -66,7 +65,7 @@ def test_underflow_table_prints_the_fractions_of_each_kind_and_scale():
 
 
 def test_faint_task_is_deterministic_and_starts_at_zero():
-    (x1, y1), (x2, y2) = lab.faint_data(), lab.faint_data()
+    (x1, y1), (x2, _) = lab.faint_data(), lab.faint_data()
     assert torch.equal(x1, x2) and torch.equal(y1, lab.FAINT_FACTOR * x1)
     loss, output = lab.faint_loss(lab.faint_net(), None)
     assert torch.equal(output, torch.zeros_like(output))

@@ -27,8 +27,19 @@ from torch.nn.parallel import parallel_apply
 from helpers import ddp_train, jobs, nb05
 from helpers.device import AutocastState, autocast_state
 from helpers.exercises import feedback, grade, solution
-from helpers.nb05 import (DtypeProbe, Seen, SharedLog, free_port, local_launch_env, observe, replay_data_parallel,
-                          run_in_thread, run_job, source_block, source_lines)
+from helpers.nb05 import (
+    DtypeProbe,
+    Seen,
+    SharedLog,
+    free_port,
+    local_launch_env,
+    observe,
+    replay_data_parallel,
+    run_in_thread,
+    run_job,
+    source_block,
+    source_lines,
+)
 from helpers.solutions.nb05 import _gradients
 
 X = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
@@ -288,7 +299,7 @@ def test_the_ddp_excerpt_holds_the_wrap_autocast_and_the_scaler_its_heading_prom
 
 
 def test_the_fsdp2_excerpt_holds_the_policy_its_heading_promises(capsys):
-    source, committed = _cells_under("`output_dtype=float32` (the third argument); its lines")
+    source, committed = _cells_under("`output_dtype=float32`; its lines, read from the installed file")
     promises = ("MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)",
                 "fully_shard(layer, mp_policy=policy)", "fully_shard(model, mp_policy=MixedPrecisionPolicy(")
     for printed in (_run_cell(source, capsys), committed):

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 import helpers
-from helpers import exercises, nb07 as guide
+from helpers import exercises
+from helpers import nb07 as guide
 from helpers.solutions import nb07 as solutions
 
 
@@ -71,8 +72,10 @@ SPEED_TEXTS = ["helpers/precision.py", "helpers/nb00.py", "helpers/nb07.py", "he
 def slow_claims_without_a_regime(text: str) -> list[str]:
     """Sentences that call 16-bit matmuls (or 16-bit math) slow without naming the batch or intensity."""
     sentences = re.split(r"(?<=[.;!?])\s+|\n\n", text)
-    return [s for s in sentences if re.search(r"slow", s, re.I) and re.search(r"\b(16-bit|bf16|fp16|b?float16|matmuls?)\b", s)
-            and not re.search(r"batch|FLOP|intensity|compute-bound|crossover|memory-bound|\{", s)]
+    sixteen_bit = r"\b(16-bit|bf16|fp16|b?float16|matmuls?)\b"
+    regime = r"batch|FLOP|intensity|compute-bound|crossover|memory-bound|\{"
+    return [s for s in sentences
+            if re.search(r"slow", s, re.I) and re.search(sixteen_bit, s) and not re.search(regime, s)]
 
 
 def test_no_sentence_calls_16_bit_matmuls_slow_without_naming_where():

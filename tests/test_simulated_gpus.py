@@ -20,7 +20,6 @@ import torch.distributed as dist
 
 import helpers
 from helpers import bench, ddp_train, measure, peaks
-from helpers import nb07 as guide
 from tools import bench as recorder
 
 NATIVE_BF16 = (8, 0)  # Ampere: bf16 (and TF32) tensor cores from here on

@@ -53,15 +53,30 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from helpers import peaks
-from helpers.bench import (BENCH_DIR, GEMM_DTYPES, INFERENCE_MODES, MODEL, REPRODUCE, _images, _measure,
-                           absent_reason, gemm, inference, load_records, mode_dtypes, prepare_model, speedups)
+from helpers.bench import (
+    BENCH_DIR,
+    GEMM_DTYPES,
+    INFERENCE_MODES,
+    MODEL,
+    REPRODUCE,
+    _images,
+    _measure,
+    absent_reason,
+    gemm,
+    inference,
+    load_records,
+    mode_dtypes,
+    prepare_model,
+    speedups,
+)
 from helpers.device import cpu_flags
 from helpers.peaks import peak_for
 from helpers.train import amp_step

@@ -35,8 +35,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.course_stats import (SECONDS_PER_CODE_LINE, _labelled_cells, _source, notebook_path, rounded_minutes,
-                                section_stats, self_study_markdown)
+from tools.course_stats import (
+    SECONDS_PER_CODE_LINE,
+    _labelled_cells,
+    _source,
+    notebook_path,
+    rounded_minutes,
+    section_stats,
+    self_study_markdown,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

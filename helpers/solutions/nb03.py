@@ -8,7 +8,7 @@ the parameter casts itself and names each plausible wrong count (every cast, a s
 the same context, inference_mode, every op). No check changes the learner's global generator.
 """
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

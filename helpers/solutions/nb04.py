@@ -3,7 +3,7 @@ are judged by running the learner's functions on runs of the judge's own (see ``
 import io
 import math
 import pickle
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
