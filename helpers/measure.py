@@ -27,11 +27,6 @@ def time_it(fn: Callable[[], Any], *, label: str = "", sub_label: str = "", desc
     return benchmark.Measurement.merge(runs)[0]
 
 
-def fastest_time(fn: Callable[[], Any], *, min_run_time: float = 0.5) -> float:
-    """Seconds per call in :func:`time_it`'s fastest block (other work only slows a block down)."""
-    return min(time_it(fn, min_run_time=min_run_time).times)
-
-
 def parameter_bytes(model: nn.Module, include_buffers: bool = True) -> int:
     """Bytes held by the model's parameters (and buffers, by default)."""
     tensors = list(model.parameters()) + (list(model.buffers()) if include_buffers else [])

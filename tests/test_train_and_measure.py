@@ -175,15 +175,6 @@ def test_amp_step_updates_weights_in_fp32_and_returns_low_precision_logits():
     assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
 
 
-def test_fastest_time_is_the_fastest_block(monkeypatch):
-    from types import SimpleNamespace
-
-    from helpers import measure
-
-    monkeypatch.setattr(measure, "time_it", lambda fn, min_run_time=0.5: SimpleNamespace(times=[3e-3, 1e-3, 2e-3]))
-    assert measure.fastest_time(lambda: None) == 1e-3
-
-
 def notebook_03_train_step():
     """``train_step`` exactly as notebook 03 section 4 types it (the recipe, taught there)."""
     import ast
