@@ -62,8 +62,8 @@ class E8m0Judge:
         below = torch.exp2(torch.floor(torch.log2(ratio)))
         cast = torch.where(ratio / below >= 1.5, 2 * below, below)  # a cast to e8m0: nearest 2^k
         if torch.equal(got, torch.exp2(torch.round(torch.log2(ratio)))) or torch.equal(got, cast):
-            return ("that rounds amax / 448 to the nearest power of two (as a cast to e8m0 does); "
-                    "the spec floors log2(amax), then subtracts emax = 8")
+            return ("that rounds amax / 448 to the nearest power of two; the spec floors "
+                    "log2(amax), then subtracts emax = 8")
         if torch.equal(got, torch.exp2(torch.ceil(torch.log2(amax / E4M3_MAX)))):
             return ("that rounds the exponent up (torchao's RCEIL, NVIDIA's hardware rule); the "
                     "OCP spec floors log2(amax), then subtracts emax = 8")
