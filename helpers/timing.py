@@ -14,7 +14,7 @@ import torch
 
 
 class Comparison(NamedTuple):
-    ratio: float  # median over rounds of baseline seconds / candidate seconds: above 1 the candidate is faster
+    ratio: float  # median over rounds of baseline s / candidate s: above 1 the candidate is faster
     low: float  # the smallest round's ratio
     high: float  # the largest round's ratio
     verdict: str  # "faster", "slower" or "no clear difference"
@@ -23,14 +23,15 @@ class Comparison(NamedTuple):
     threads: int  # the CPU threads both ran on
 
     def __str__(self) -> str:
-        return f"{self.ratio:.2f}x ({self.verdict}; rounds {self.low:.2f}-{self.high:.2f}x, {self.threads} threads)"
+        return (f"{self.ratio:.2f}x ({self.verdict}; rounds {self.low:.2f}-{self.high:.2f}x, "
+                f"{self.threads} threads)")
 
 
 def synchronizer(device: str | torch.device) -> Callable[[], None]:
-    """A function that waits for the device's queued work (GPUs run asynchronously; a CPU needs nothing)."""
+    """A function that waits for the device's queued work (a GPU runs asynchronously; a CPU needs none)."""
     kind = torch.device(device).type
     if kind == "cuda":
-        return torch.cuda.synchronize
+        return lambda: torch.cuda.synchronize(device)
     if kind == "mps":
         return torch.mps.synchronize
     return lambda: None
@@ -46,12 +47,15 @@ def seconds_per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None]
 
 
 def verdict(ratios: list[float], margin: float) -> str:
-    """Faster or slower only when the median clears the margin and the middle half of the rounds agree."""
+    """Faster or slower only when the median clears the margin and the middle half of the rounds
+    agree, on a machine steady enough that the middle half of the rounds lie within a factor of 2."""
     ordered = sorted(ratios)
     quarter = len(ordered) // 4
     lower_quartile = ordered[quarter]
     upper_quartile = ordered[-1 - quarter]
     median = statistics.median(ordered)
+    if upper_quartile > 2 * lower_quartile:  # an unsteady machine: the rounds say little
+        return "no clear difference"
     if median >= 1 + margin and lower_quartile > 1:
         return "faster"
     if median <= 1 / (1 + margin) and upper_quartile < 1:
@@ -59,19 +63,24 @@ def verdict(ratios: list[float], margin: float) -> str:
     return "no clear difference"
 
 
-def compare(baseline: Callable[[], Any], candidate: Callable[[], Any], *, threads: int | None = None,
-            rounds: int = 7, round_s: float = 0.05, margin: float = 0.1,
+def calls_per_round(fn: Callable[[], Any], round_s: float, sync: Callable[[], None]) -> int:
+    """How many calls fill one round: a warm-up call, then the median of three timed calls."""
+    seconds_per_call(fn, 1, sync)  # warm-up: allocations, caches, lazy initialisation
+    one_call = statistics.median(seconds_per_call(fn, 1, sync) for _ in range(3))
+    return max(1, int(round_s / one_call))
+
+
+def compare(baseline: Callable[[], Any], candidate: Callable[[], Any], *,
+            threads: int | None = None, rounds: int = 7, round_s: float = 0.05, margin: float = 0.1,
             device: str | torch.device = "cpu") -> Comparison:
-    """Time ``candidate`` against ``baseline`` in paired, interleaved rounds at ``threads`` CPU threads."""
+    """Time ``candidate`` against ``baseline`` in paired, interleaved rounds at ``threads`` threads."""
     threads = threads or torch.get_num_threads()
     sync = synchronizer(device)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        seconds_per_call(baseline, 1, sync)  # warm-up: allocations, caches, lazy initialisation
-        seconds_per_call(candidate, 1, sync)
-        calls_a = max(1, int(round_s / seconds_per_call(baseline, 1, sync)))  # calls that fill one round
-        calls_b = max(1, int(round_s / seconds_per_call(candidate, 1, sync)))
+        calls_a = calls_per_round(baseline, round_s, sync)
+        calls_b = calls_per_round(candidate, round_s, sync)
         times_a, times_b, ratios = [], [], []
         for i in range(rounds):
             if i % 2 == 0:

@@ -240,16 +240,22 @@ def load_checkpoint(path: Path, model, optimizer, scaler, device: torch.device) 
     scaler.load_state_dict(checkpoint["scaler"])
 
 
-def predict(model, inputs: torch.Tensor, advice: Advice, device: torch.device) -> torch.Tensor:
-    """Batched inference in the chosen dtype; float32 logits out, for metrics."""
+def deployed(model: nn.Module, advice: Advice) -> nn.Module:
+    """The model to serve, in eval mode: a copy with its weights cast once where the advice says so."""
     model.eval()
+    if advice.how == "16-bit weights":
+        return copy.deepcopy(model).to(advice.dtype)  # cast once here, not at every request
+    return model
+
+
+def predict(model: nn.Module, inputs: torch.Tensor, advice: Advice, device: torch.device) -> torch.Tensor:
+    """Batched inference with a ``deployed`` model; float32 logits out, for metrics."""
     inputs = inputs.to(device)
-    with torch.inference_mode():
-        if advice.how == "16-bit weights":
-            low = copy.deepcopy(model).to(advice.dtype)  # the weights cast once, not every call
-            return low(inputs.to(advice.dtype)).float()
-        with torch.amp.autocast(device.type, dtype=advice.dtype, enabled=advice.how == "autocast"):
-            return model(inputs).float()
+    if advice.how == "16-bit weights" and inputs.is_floating_point():  # token ids stay integers
+        inputs = inputs.to(advice.dtype)
+    with torch.inference_mode(), torch.amp.autocast(device.type, dtype=advice.dtype,
+                                                    enabled=advice.how == "autocast"):
+        return model(inputs).float()
 
 
 def read_description(text: str | None, device: torch.device) -> dict:
@@ -292,7 +298,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"Checkpoint restored; GradScaler state: {restored_scaler.state_dict() or 'none (off)'}")
 
     test_inputs, test_labels = make_data(n=256, seed=1).tensors
-    logits = predict(restored, test_inputs, inference, device)
+    server = deployed(restored, inference)
+    logits = predict(server, test_inputs, inference, device)
     accuracy = (logits.argmax(dim=1).cpu() == test_labels).float().mean().item()
     print(f"Inference ({inference.how}): {logits.dtype} logits, held-out accuracy {accuracy:.2f}")
     return dict(advice=advice, model=restored, scaler=restored_scaler, losses=losses, logits=logits)

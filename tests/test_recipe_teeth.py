@@ -339,7 +339,8 @@ def take_home_problems(recipe) -> list[str]:
     for how, dtype in (("16-bit weights", torch.bfloat16), ("autocast", torch.bfloat16), ("float32", torch.float32)):
         recorder = Recorder()
         recorder.train()
-        logits = recipe.predict(recorder, inputs, recipe.Advice(dtype, how, "test"), CPU)
+        advice = recipe.Advice(dtype, how, "test")
+        logits = recipe.predict(recipe.deployed(recorder, advice), inputs, advice, CPU)
         if recorder.training or recorder.seen[-1] != (dtype, False):
             problems.append(f"predict ({how}) ran as {recorder.seen[-1]}, not {dtype} in eval mode")
         if logits.dtype != torch.float32:
@@ -367,11 +368,9 @@ TAKE_HOME_MUTANTS = {
     "scaler state not restored": ('    scaler.load_state_dict(checkpoint["scaler"])\n', ""),
     "scaler not saved": ('"scaler": scaler.state_dict()', '"scaler": {}'),
     "checkpoint loaded with weights_only=False": ("weights_only=True", "weights_only=False"),
-    "predict without model.eval()": ("    model.eval()\n    inputs = inputs.to(device)",
-                                     "    inputs = inputs.to(device)"),
-    "16-bit weights not cast": ("low = copy.deepcopy(model).to(advice.dtype)", "low = copy.deepcopy(model)"),
-    "predict keeps 16-bit logits": ("return low(inputs.to(advice.dtype)).float()",
-                                    "return low(inputs.to(advice.dtype))"),
+    "served without model.eval()": ("    model.eval()\n    if advice.how", "    if advice.how"),
+    "16-bit weights not cast": ("return copy.deepcopy(model).to(advice.dtype)", "return copy.deepcopy(model)"),
+    "predict keeps 16-bit logits": ("return model(inputs).float()", "return model(inputs)"),
 }
 
 

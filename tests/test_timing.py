@@ -96,8 +96,8 @@ def test_compare_restores_the_threads_when_a_variant_raises():
 def test_compare_pairs_and_interleaves_the_rounds():
     order = []
     timing.compare(lambda: order.append("a"), lambda: order.append("b"), rounds=4, round_s=1e-9)
-    # one call per round (round_s is tiny): 2 warm-ups, 2 calibrations, then a b | b a | a b | b a
-    assert "".join(order) == "abab" + "abbaabba"
+    # one call per round (round_s is tiny): a warm-up and 3 calibrations each, then a b | b a | a b | b a
+    assert "".join(order) == "aaaabbbb" + "abbaabba"
 
 
 def test_compare_ratio_is_baseline_time_over_candidate_time():
@@ -122,6 +122,8 @@ def test_compare_ratio_is_baseline_time_over_candidate_time():
     ([1.05, 1.02, 1.08, 1.04, 1.06], "no clear difference"),  # clear of 1, but within the 10 % margin
     ([0.95, 0.97, 0.93, 0.96, 0.94], "no clear difference"),
     ([0.5, 0.7, 0.9, 1.3, 1.8, 2.2, 3.0], "no clear difference"),  # median 1.3, but a noisy, wide spread
+    ([2.3, 2.5, 3.0, 10.0, 50.0, 100.0, 226.0], "no clear difference"),  # all above 1, but a stalling machine
+    ([18.0, 19.0, 20.0, 20.0, 21.0, 22.0, 40.0], "faster"),  # a large gap measured steadily (one outlier)
     ([0.3, 0.6, 0.8, 0.85, 1.1, 1.4, 2.0], "no clear difference"),  # median 0.85, the upper quartile above 1
     ([1.2, 1.3, 1.25, 0.4, 1.22, 1.28, 1.26], "faster"),  # one slow round does not flip a clear result
 ])
