@@ -160,6 +160,9 @@ def rule_agreement(advice: Advice, speed: Comparison, amp_dtype: torch.dtype, ba
         return f"Agrees with the rule ({advice.how}, {measured})."
     if not expects_faster and speed.verdict != "faster":
         return f"Agrees with the rule ({advice.how}: autocast was not expected to pay; {measured})."
+    if expects_faster and speed.verdict == "no clear difference":
+        return (f"Unclear: the rule advises {advice.how}; this measurement shows no clear difference "
+                f"(rounds {speed.low:.2f}-{speed.high:.2f}x): a gain within the noise, or none at this size.")
     if expects_faster:
         reason = SMALL_MODEL.format(batch=batch)
         if speed.low < 1 < speed.high:

@@ -169,7 +169,7 @@ def choose_precision(d: dict) -> dict[str, Advice]:
     if d["device"] == "mps" and training.how == "autocast + GradScaler":
         training = Advice(torch.float32, "float32", f"{where}: bf16 autocast needs torch 2.6 and "
                           "macOS 14; GradScaler raised on MPS in torch 2.5 (pytorch#142397) and "
-                          "fused Adam there ignored its found_inf (pytorch#186360)")
+                          "fused Adam there ignored its found_inf until PR pytorch#186360: measure")
     if d["device"] == "cuda" and native:
         chat = Advice(native[0], "16-bit weights", f"{where}: decoding reads every weight per "
                       "token; 16-bit weights halve the bytes")
