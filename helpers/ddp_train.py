@@ -288,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     status = main()
-    sys.stdout.flush(), sys.stderr.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
     # No interpreter teardown: gloo's threads, still freeing tensors then, abort it (pytorch#179291)
     os._exit(status)
