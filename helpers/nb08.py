@@ -1,12 +1,16 @@
 """Notebook 08's scaffolding: a byte-level GPT with a KV cache, its seeded corpus and batches."""
 
 import random
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import timing
 from .model import DATA_DIR, load_weights
 
 CHECKPOINT = DATA_DIR / "reference_gpt.pt"
@@ -167,3 +171,64 @@ def trace_table(columns: dict[str, dict[str, str]], rows: dict[str, str],
         cells = "".join(f"{column.get(key, '-'):<{width}}" for column in columns.values())
         lines.append(f"{key:<{w0}}{role:<{w1}}{cells}")
     return "\n".join(lines)
+
+
+def round_seconds(*calls: Callable[[], object], calls_per_round: int = 5, floor: float = 0.05,
+                  cap: float = 0.25, device: str | torch.device = "cpu") -> float:
+    """A timing round (``helpers.timing.compare``'s ``round_s``) that holds ``calls_per_round``
+    calls of the slowest of ``calls``, each timed after a warm-up as the median of 3; between
+    ``floor`` and ``cap`` (a stalled machine's slow calls do not stretch the cell: its rounds
+    then hold fewer calls, and their spread shows it)."""
+    sync = timing.synchronizer(device)
+    slowest = 0.0
+    for call in calls:
+        timing.seconds_per_call(call, 1, sync)  # warm-up
+        slowest = max(slowest, statistics.median(timing.seconds_per_call(call, 1, sync)
+                                                  for _ in range(3)))
+    return min(cap, max(floor, calls_per_round * slowest))
+
+
+def decode_explanation(name: str, decode, steps: str) -> str:
+    """Section 5: what a decoding comparison (float32 -> ``name``) says, given the read-time line
+    ``steps``; a cause only when the verdict is faster or slower, in the verdict's direction."""
+    if decode.verdict == "faster" and decode.ratio > 2:
+        return (f"{name} decodes {decode.ratio:.2f}x faster than float32, more than half the bytes "
+                f"explain: {steps}: float32's batch-1 kernel reads its weights further below memory "
+                "speed")
+    if decode.verdict == "faster":
+        return (f"{name} decodes {decode.ratio:.2f}x faster than float32, within what half the "
+                f"bytes allow: {steps}")
+    if decode.verdict == "slower":
+        return (f"{name} decodes at {decode.ratio:.2f}x float32, slower despite half the bytes: "
+                f"{steps}: the {name} batch-1 kernel reads its weights further below memory speed")
+    return (f"{name} decodes at {decode.ratio:.2f}x float32 with no clear difference (rounds "
+            f"{decode.low:.2f}-{decode.high:.2f}x): nothing to explain; measure again on a quiet "
+            "machine")
+
+
+def chat_finding(verdicts: dict[torch.dtype, str], advice) -> list[str]:
+    """Section 5's chat conclusion from the printed verdicts (dtype -> the turn's verdict against
+    float32) and the rule's :class:`helpers.precision.Advice`; never from a median alone."""
+    faster = [dtype for dtype, verdict in verdicts.items() if verdict == "faster"]
+    names = " and ".join(str(dtype).removeprefix("torch.") for dtype in faster)
+    if faster:
+        lines = [f"{names} weights clearly faster than float32"
+                 + (" (not timed against each other)" if len(faster) > 1 else "")]
+    elif all(verdict == "slower" for verdict in verdicts.values()):
+        lines = ["float32 weights: every 16-bit dtype clearly slower"]
+    else:
+        lines = ["no 16-bit dtype clearly faster than float32, and not all clearly slower: "
+                 "no clear winner; measure again"]
+    if advice.dtype is None:
+        lines.append("the rule leaves this case to the measurement above")
+    elif advice.dtype in faster or (advice.dtype == torch.float32 and lines[0].startswith("float32")):
+        lines.append(f"agrees with the rule ({str(advice.dtype)[6:]})")
+    elif not faster and not lines[0].startswith("float32"):
+        lines.append(f"neither confirms nor contradicts the rule ({str(advice.dtype)[6:]})")
+    else:
+        lines.append(f"finding: disagrees with the rule ({str(advice.dtype)[6:]}); likely reason: on "
+                     "this device the batch-1 kernels, not the datasheet, set the speed (the lines above)")
+    if torch.float16 in faster:
+        lines.append("float16 only after checking activations for overflow (01 §5, section 2): "
+                     "bfloat16 has float32's range")
+    return lines

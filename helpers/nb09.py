@@ -154,3 +154,18 @@ def recurrent_setup(width: int = 32, steps: int = 8, seed: int = 0):
         cell = nn.Linear(2 * width, width)
     inputs = torch.randn(steps, 4, width, generator=torch.Generator().manual_seed(seed + 1))
     return cell, inputs
+
+
+def rule_finding(verdict: str, advice) -> str:
+    """``diagnose``'s last line: a bfloat16-autocast step's verdict against float32 (from
+    ``helpers.timing.compare``) beside the rule's :class:`helpers.precision.Advice` for training."""
+    advised = f"{advice.how}, {advice.dtype}"
+    if verdict == "no clear difference":
+        return "unclear: measure again (no clear difference: neither confirms nor contradicts the rule)"
+    if advice.how == "measure":
+        return f"{verdict}; the rule leaves training here to measurement ({advice.reason})"
+    if advice.dtype not in (torch.bfloat16, torch.float32):
+        return f"{verdict}; the rule advises {advised}, not bfloat16: this step does not test it"
+    if (verdict == "faster") == (advice.dtype == torch.bfloat16):
+        return f"agrees with the rule for training here ({advised})"
+    return f"finding: disagrees with the rule for training ({advised}): the shares say why"

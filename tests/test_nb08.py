@@ -167,3 +167,48 @@ def test_08_3_accepts_every_safe_fill_and_the_notebook_cell_shows_the_nan():
     # the notebook's own scores never fall to -16: there an added finfo.min would still look fine
     scores = hidden @ hidden.transpose(-2, -1) * hidden.shape[-1] ** -0.5
     assert scores.min() > -16
+
+
+def _comparison(ratio, low, high, verdict):
+    return helpers.timing.Comparison(ratio=ratio, low=low, high=high, verdict=verdict,
+                                     baseline_s=1.0, candidate_s=1.0 / ratio, threads=2)
+
+
+def test_a_decoding_round_holds_five_calls_of_the_slowest():
+    import time
+    calls = []
+    def slow():
+        calls.append(1)
+        time.sleep(0.03)
+    assert lab.round_seconds(lambda: None, slow) >= 5 * 0.03
+    assert len(calls) == 4  # a warm-up, then the median of 3
+    assert lab.round_seconds(lambda: None, floor=0.1) == 0.1
+    assert lab.round_seconds(slow, cap=0.1) == 0.1  # a stalled machine: capped
+
+
+@pytest.mark.parametrize("verdict, ratio, cause", [
+    ("faster", 3.0, "more than half the bytes explain"), ("faster", 1.5, "within what half"),
+    ("slower", 0.6, "slower despite half the bytes"), ("no clear difference", 3.35, "nothing to explain"),
+    ("no clear difference", 0.61, "nothing to explain")])
+def test_decoding_is_explained_only_for_a_clear_verdict(verdict, ratio, cause):
+    line = lab.decode_explanation("float16", _comparison(ratio, ratio / 2, ratio * 2, verdict), "steps")
+    assert cause in line
+    if verdict == "no clear difference":
+        assert "explain:" not in line and "slower despite" not in line
+
+
+def test_the_chat_conclusion_follows_the_verdicts():
+    measure = helpers.precision.Advice(None, "measure", "kernels decide")
+    bf16 = helpers.precision.Advice(torch.bfloat16, "16-bit weights", "native")
+    unclear = {torch.bfloat16: "no clear difference", torch.float16: "no clear difference"}
+    lines = lab.chat_finding(unclear, measure)
+    assert "no clear winner" in lines[0] and "leaves this case" in lines[1] and len(lines) == 2
+    assert "neither confirms nor contradicts" in lab.chat_finding(unclear, bf16)[1]
+    mixed = {torch.bfloat16: "faster", torch.float16: "no clear difference"}
+    assert lab.chat_finding(mixed, bf16)[1].startswith("agrees")
+    both = lab.chat_finding({torch.bfloat16: "faster", torch.float16: "faster"}, bf16)
+    assert "not timed against each other" in both[0] and "overflow" in both[-1]
+    slower = lab.chat_finding({torch.bfloat16: "slower", torch.float16: "slower"}, bf16)
+    assert slower[0].startswith("float32") and slower[1].startswith("finding: disagrees")
+    only_fp16 = lab.chat_finding({torch.bfloat16: "slower", torch.float16: "faster"}, bf16)
+    assert only_fp16[1].startswith("finding: disagrees")

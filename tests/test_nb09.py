@@ -202,3 +202,19 @@ def test_a_step_reads_its_data_again_after_each_pass():
     step = lab.Step(lab.mlp(8), None, batches)
     seen = [next(step.batches)[0] for _ in range(5)]
     assert [torch.equal(x, batches[i % 2][0]) for i, x in enumerate(seen)] == [True] * 5
+
+
+def test_diagnose_claims_agreement_only_for_a_clear_verdict_and_a_definite_rule():
+    from helpers.precision import Advice
+    bf16 = Advice(torch.bfloat16, "autocast", "native")
+    fp32 = Advice(torch.float32, "float32", "emulated")
+    assert lab.rule_finding("no clear difference", bf16).startswith("unclear: measure again")
+    assert lab.rule_finding("no clear difference", Advice(None, "measure", "?")).startswith("unclear")
+    measure = lab.rule_finding("faster", Advice(None, "measure", "unknown device"))
+    assert "agree" not in measure and "leaves training here to measurement" in measure
+    assert lab.rule_finding("faster", bf16).startswith("agrees")
+    assert lab.rule_finding("slower", bf16).startswith("finding: disagrees")
+    assert lab.rule_finding("slower", fp32).startswith("agrees")
+    assert lab.rule_finding("faster", fp32).startswith("finding: disagrees")
+    fp16 = lab.rule_finding("faster", Advice(torch.float16, "autocast + GradScaler", "tensor cores"))
+    assert "agree" not in fp16
