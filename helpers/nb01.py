@@ -89,6 +89,8 @@ def agreement(result, dtype: torch.dtype, advice, batch: int, autocast: bool = F
     if advice.dtype is None:
         return "the rule says measure: this is the measurement"
     picked = f"{advice.how}, {str(advice.dtype).removeprefix('torch.')}"
+    if autocast and advice.how == "16-bit weights":
+        return f"not the rule's pick ({picked}): autocast casts every weight again on every call (section 6)"
     expects_faster = advice.dtype == dtype
     expected = "faster" if expects_faster else "not faster"
     if result.verdict == "no clear difference" and expects_faster:

@@ -128,6 +128,9 @@ def test_agreement_with_a_rule_that_picks_bfloat16():
     emulated_but_faster = nb01.agreement(_result("faster"), torch.float16, advice, 1)
     assert emulated_but_faster.startswith("DISAGREES") and "half the bytes" in emulated_but_faster
     autocast = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32, autocast=True)
+    assert autocast.startswith("not the rule's pick") and "casts every weight" in autocast
+    autocast_rule = _advice(torch.float16, "autocast")  # a T4: the rule picks autocast itself
+    autocast = nb01.agreement(_result("slower"), torch.float16, autocast_rule, 32, autocast=True)
     assert autocast.startswith("DISAGREES") and "casts every weight" in autocast
 
 
