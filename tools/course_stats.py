@@ -108,7 +108,9 @@ def section_stats(path: str | Path) -> dict[str, PartStats]:
 
 
 def rounded_minutes(minutes: float, step: int = 5) -> int:
-    """``minutes`` rounded to the nearest ``step`` (at least ``step``): how a time estimate is stated."""
+    """``minutes`` rounded to the nearest ``step`` (at least ``step``, or 0 for none): how an estimate is stated."""
+    if minutes <= 0:
+        return 0  # no appendix: "+ 0", not a made-up five minutes
     return max(step, int(step * round(minutes / step)))
 
 
