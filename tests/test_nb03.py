@@ -15,23 +15,13 @@ import helpers
 from helpers import nb03 as lab
 from helpers.exercises import feedback, solution
 from helpers.solutions import nb03 as sol
+from tests.support import definitions
 
 CPU = torch.device("cpu")
 
 
-def recipe_step(model, optimizer, scaler, inputs, labels, amp):
-    """Notebook 03 section 4's train_step."""
-    optimizer.zero_grad(set_to_none=True)
-    with torch.amp.autocast("cpu", dtype=amp, enabled=amp is not None):
-        loss = F.cross_entropy(model(inputs), labels)
-    if scaler is None:
-        loss.backward()
-        optimizer.step()
-    else:
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    return loss
+# Notebook 03 section 4's train_step, as its cell types it (the recipe, taught there)
+recipe_step = definitions("03", "train_step", namespace={"torch": torch, "F": F, "device": CPU})["train_step"]
 
 
 def test_compare_training_starts_from_the_same_loss_and_reports_both_runs():

@@ -177,19 +177,10 @@ def test_amp_step_updates_weights_in_fp32_and_returns_low_precision_logits():
 
 def notebook_03_train_step():
     """``train_step`` exactly as notebook 03 section 4 types it (the recipe, taught there)."""
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import definitions
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
-    for cell in json.loads(path.read_text())["cells"]:
-        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
-        for node in tree.body if tree else []:
-            if isinstance(node, ast.FunctionDef) and node.name == "train_step":
-                namespace = {"torch": torch, "F": F, "device": torch.device("cpu")}
-                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
-                return namespace["train_step"]
-    raise LookupError("train_step")
+    namespace = {"torch": torch, "F": F, "device": torch.device("cpu")}
+    return definitions("03", "train_step", namespace=namespace)["train_step"]
 
 
 @pytest.mark.parametrize("amp_dtype", [None, torch.bfloat16, torch.float16])
