@@ -2,7 +2,6 @@
 
 import random
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
