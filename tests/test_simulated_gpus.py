@@ -136,7 +136,8 @@ def test_no_cuda_device(monkeypatch):
     assert helpers.pick_device().type in ("cpu", "mps")
 
 
-@pytest.mark.parametrize("gcn, amp", [("gfx942:sramecc+:xnack-", torch.bfloat16), ("gfx90a:sramecc+:xnack-", torch.bfloat16),
+@pytest.mark.parametrize("gcn, amp", [("gfx942:sramecc+:xnack-", torch.bfloat16),
+                                      ("gfx90a:sramecc+:xnack-", torch.bfloat16),
                                       ("gfx1100", torch.float16), ("", torch.float16)])
 def test_rocm_is_decided_by_its_gfx_name(fake_cuda, monkeypatch, gcn, amp):
     """On AMD GPUs (ROCm builds, also torch.cuda) the compute capability is not NVIDIA's: the rule reads
