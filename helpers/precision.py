@@ -12,11 +12,11 @@ MPS in 2.5), #150255 (GradScaler's MPS kernels, first in 2.8; huggingface/accele
 scaling on 2.8), #184286 (MPS unscale zeroed fp16/bf16 gradients, May 2026), #186360 (MPS fused
 Adam ignored found_inf, June 2026; the first release with it is not checked here), #162921 (MPS
 from torch 2.9 needs macOS 14), transformers#40458 (bf16 emulated on M1/M2), karpathy/nanochat#685
-(a bf16 step ~17 % slower than float32 on an M4 Max), transformers#36822 and #5651 (bf16-trained
-Gemma 3 and T5 overflow in fp16), pytorch#172352 and #175253 (torch 2.11: Volta only in the cu126
-wheels), oneDNN's dispatcher_control.md (ONEDNN_MAX_CPU_ISA levels), AMD's "AMD matrix cores" lab
-note (bf16 matrix cores on MI200, gfx90a) and CDNA3 (MI300, gfx942). No Mac ran any of this:
-every MPS line is untested here.
+(a bf16 training step took ~17 % longer than float32 on an M4 Max), transformers#36822 and #5651
+(bf16-trained Gemma 3 and T5 overflow in fp16), pytorch#172352 and #175253 (torch 2.11: Volta only
+in the cu126 wheels), oneDNN's dispatcher_control.md (ONEDNN_MAX_CPU_ISA levels), AMD's "AMD matrix
+cores" lab note (bf16 matrix cores on MI200, gfx90a) and CDNA3 (MI300, gfx942). No Mac ran any of
+this: every MPS line is untested here.
 """
 import os
 import platform
@@ -113,7 +113,8 @@ def missing_keys(d: dict) -> list[str]:
 
 
 def is_arm(d: dict) -> bool:
-    return d["arch"].lower() in ("aarch64", "arm64")  # Windows on Arm says "ARM64"
+    """An Arm CPU: Linux says "aarch64", macOS "arm64", Windows on Arm "ARM64"."""
+    return d["arch"].lower() in ("aarch64", "arm64")
 
 
 def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
@@ -221,7 +222,8 @@ def choose_precision(d: dict) -> dict[str, Advice]:
         batched = Advice(torch.bfloat16, "16-bit weights", f"{where}: bf16 weights are cast once "
                          "and halve the bytes; autocast casts them again every call (06)")
     elif torch.float16 in native:
-        training = Advice(torch.float16, "autocast + GradScaler", f"{where}: {why_fp16(d, '')}")
+        training = Advice(torch.float16, "autocast + GradScaler",
+                          f"{where}: {why_fp16(d, 'training')}")
         batched = Advice(torch.float16, "autocast", f"{where}: {why_fp16(d, 'batched inference')}")
     if native and d["device"] == "mps" and version_tuple(d["torch"]) < (2, 8):
         training = Advice(torch.float32, "float32", f"{where}: GradScaler has MPS kernels from "

@@ -116,7 +116,8 @@ def missing_keys(d: dict) -> list[str]:
 
 
 def is_arm(d: dict) -> bool:
-    return d["arch"].lower() in ("aarch64", "arm64")  # Windows on Arm says "ARM64"
+    """An Arm CPU: Linux says "aarch64", macOS "arm64", Windows on Arm "ARM64"."""
+    return d["arch"].lower() in ("aarch64", "arm64")
 
 
 def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
@@ -224,7 +225,8 @@ def choose_precision(d: dict) -> dict[str, Advice]:
         batched = Advice(torch.bfloat16, "16-bit weights", f"{where}: bf16 weights are cast once "
                          "and halve the bytes; autocast casts them again every call (06)")
     elif torch.float16 in native:
-        training = Advice(torch.float16, "autocast + GradScaler", f"{where}: {why_fp16(d, '')}")
+        training = Advice(torch.float16, "autocast + GradScaler",
+                          f"{where}: {why_fp16(d, 'training')}")
         batched = Advice(torch.float16, "autocast", f"{where}: {why_fp16(d, 'batched inference')}")
     if native and d["device"] == "mps" and version_tuple(d["torch"]) < (2, 8):
         training = Advice(torch.float32, "float32", f"{where}: GradScaler has MPS kernels from "
@@ -238,10 +240,11 @@ def choose_precision(d: dict) -> dict[str, Advice]:
 # <<< end of copy
 
 
-MAX_GRAD_NORM = 1.0  # clip the gradients' total norm to this (after unscale_), so one bad batch cannot
-# throw the weights far; 1.0 is a common start: print clip_grad_norm_'s return to see your model's norms.
+# Clip the gradients' total norm to this (after unscale_), so that one bad batch cannot throw the
+# weights far. 1.0 is a common start; clip_grad_norm_ returns the norm: print it to see yours.
 # None: no clipping.
-LOG_EVERY = 4  # read the loss every this many steps: .item() waits for the device each time (09 §4)
+MAX_GRAD_NORM = 1.0
+LOG_EVERY = 4  # read the loss every this many steps: each .item() waits for the device (09 §4)
 SCALED = "autocast + GradScaler"
 
 
@@ -359,14 +362,15 @@ def load_checkpoint(path: Path, model, optimizer, training: Advice, device: torc
 
 
 def deployed(model: nn.Module, advice: Advice) -> nn.Module:
-    """The model to serve, in eval mode: a copy with its weights cast once where the advice says so."""
+    """The model to serve, in eval mode: a copy with its weights cast once where the advice says."""
     model.eval()
     if advice.how == "16-bit weights":
         return copy.deepcopy(model).to(advice.dtype)  # cast once here, not at every request
     return model
 
 
-def predict(model: nn.Module, inputs: torch.Tensor, advice: Advice, device: torch.device) -> torch.Tensor:
+def predict(model: nn.Module, inputs: torch.Tensor, advice: Advice,
+            device: torch.device) -> torch.Tensor:
     """Batched inference with a ``deployed`` model; float32 logits out, for metrics."""
     inputs = inputs.to(device)
     if advice.how == "16-bit weights" and inputs.is_floating_point():  # token ids stay integers
@@ -405,7 +409,8 @@ examples:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Mixed-precision training and inference, by rule.",
-                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda", "mps"),
                         help="run here (default: AMP_COURSE_DEVICE, else CUDA, MPS, the CPU)")
     parser.add_argument("--device-description", help="JSON: force this made-up device's recipe")
