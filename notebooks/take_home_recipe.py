@@ -249,15 +249,13 @@ SCALED = "autocast + GradScaler"
 
 
 def pick_device(choice: str | None = None) -> torch.device:
-    """``--device`` (else the AMP_COURSE_DEVICE environment variable), else CUDA, MPS, the CPU."""
-    choice = choice or os.environ.get("AMP_COURSE_DEVICE")
-    available = {"cpu": True, "cuda": torch.cuda.is_available(),
-                 "mps": torch.backends.mps.is_available()}
-    if choice is None:
-        return torch.device(next(kind for kind in ("cuda", "mps", "cpu") if available[kind]))
-    if not available.get(choice):
-        raise ValueError(f"no {choice!r} device here: use one of "
-                         f"{', '.join(kind for kind in available if available[kind])}")
+    """``--device``, else AMP_COURSE_DEVICE, else the first of CUDA, MPS and the CPU found here."""
+    found = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(),
+             "cpu": True}
+    available = [kind for kind in found if found[kind]]
+    choice = choice or os.environ.get("AMP_COURSE_DEVICE") or available[0]
+    if choice not in available:
+        raise ValueError(f"no {choice!r} device here: use one of {', '.join(available)}")
     return torch.device(choice)
 
 
@@ -331,10 +329,6 @@ def save_checkpoint(path: Path, model, optimizer, scaler, training: Advice, sche
                 "precision": precision_record(training)}, path)  # the choice it trained in
 
 
-class PrecisionChanged(ValueError):
-    """The checkpoint trained in another precision than this device's rule says."""
-
-
 def load_checkpoint(path: Path, model, optimizer, training: Advice, device: torch.device,
                     scheduler=None, allow_change: bool = False) -> torch.amp.GradScaler:
     """Restore the run saved at ``path``; return its GradScaler, built from the stored choice so
@@ -352,8 +346,8 @@ def load_checkpoint(path: Path, model, optimizer, training: Advice, device: torc
     change = (f"{Path(path).name} trained with {stored['how']} ({stored['dtype']}), this "
               f"device's rule says {training.how} ({training.dtype})")
     if not allow_change:
-        raise PrecisionChanged(f"{change}: resume where the rule agrees, or pass "
-                               "--allow-precision-change")
+        raise ValueError(f"{change}: resume where the rule agrees, or pass "
+                         "--allow-precision-change")
     warnings.warn(f"{change}: continuing with the rule's choice (--allow-precision-change)",
                   stacklevel=2)
     if scaler.is_enabled() == (training.how == SCALED):
@@ -425,9 +419,9 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         device = pick_device(args.device)
         advice = choose_precision(read_description(args.device_description, device))
-        return run(args, device, advice)
-    except ValueError as error:  # a wrong switch or description, a changed precision: one line
+    except ValueError as error:  # a wrong switch or description: one line, no traceback
         raise SystemExit(f"take_home_recipe.py: error: {error}") from None
+    return run(args, device, advice)
 
 
 def run(args: argparse.Namespace, device: torch.device, advice: dict[str, Advice]) -> dict:
@@ -447,8 +441,11 @@ def run(args: argparse.Namespace, device: torch.device, advice: dict[str, Advice
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
     scaler = make_scaler(training.how, device)
     if checkpoint is not None and checkpoint.exists():
-        scaler = load_checkpoint(checkpoint, model, optimizer, training, device, scheduler,
-                                 args.allow_precision_change)
+        try:
+            scaler = load_checkpoint(checkpoint, model, optimizer, training, device, scheduler,
+                                     args.allow_precision_change)
+        except ValueError as error:  # trained in another precision: one line
+            raise SystemExit(f"take_home_recipe.py: error: {error}") from None
         print(f"Resumed from {checkpoint.name} at learning rate {scheduler.get_last_lr()[0]:.4f}")
     losses = train_one_epoch(model, loader, optimizer, scaler, training, device, scheduler)
     print(f"Trained {len(loader)} steps ({training.how}): loss {losses[0]:.2f} -> {losses[-1]:.2f}"

@@ -362,7 +362,7 @@ def changed_precision_problems(recipe, folder: Path) -> list[str]:
     try:
         recipe.load_checkpoint(folder / "bf16.pt", Recorder(), optimizer, fp16, CPU)
         problems.append("a checkpoint trained in bf16 was resumed under fp16 without a word")
-    except recipe.PrecisionChanged as error:
+    except ValueError as error:
         if "autocast (torch.bfloat16)" not in str(error) or "--allow-precision-change" not in str(error):
             problems.append(f"the refusal does not say what changed and how to go on: {error}")
     with warnings.catch_warnings(record=True) as caught:
