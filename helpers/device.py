@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from .precision import describe_device, native_dtypes
+from . import precision
+from .precision import SIXTEEN_BIT_FLAGS, choose_precision, describe_device, native_dtypes
 
 
 def _import_cpp_extension_quietly() -> None:
@@ -29,6 +30,7 @@ def _import_cpp_extension_quietly() -> None:
 _import_cpp_extension_quietly()
 
 KNOWN_DEVICE_TYPES = ("cpu", "cuda", "mps")
+DEVICE_SWITCH = "AMP_COURSE_DEVICE"  # AMP_COURSE_DEVICE=cpu: every notebook on the CPU (the playbook)
 
 
 def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
@@ -44,10 +46,21 @@ def _device_available(device_type: str) -> bool:
     return device_type == "cpu"
 
 
+def _mps_trains_16_bit() -> bool:
+    """True where the rule trains in 16 bits on this Mac's GPU (torch 2.8 on; untested here)."""
+    return choose_precision(describe_device("mps"))["training"].dtype == torch.float16
+
+
 def pick_device(preferred: str | torch.device | None = None) -> torch.device:
-    """``preferred`` after checking it, or the best device (CUDA, MPS, CPU); notebook 00 §1."""
+    """``preferred`` after checking it, else the :data:`DEVICE_SWITCH` environment variable's device,
+    else the best: CUDA, then MPS where the rule trains in 16 bits there, then CPU; 00 §1."""
+    preferred = preferred or os.environ.get(DEVICE_SWITCH) or None
+    if preferred is None and _device_available("cuda"):
+        return torch.device("cuda")
+    if preferred is None and _device_available("mps") and _mps_trains_16_bit():
+        return torch.device("mps")  # before torch 2.8 no GradScaler there (pytorch#150255)
     if preferred is None:
-        return torch.device(next((t for t in ("cuda", "mps") if _device_available(t)), "cpu"))
+        return torch.device("cpu")
     choices = f"use one of {', '.join(KNOWN_DEVICE_TYPES)}, or pick_device() for the best one"
     try:
         device = torch.device(preferred)
@@ -95,15 +108,22 @@ def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
 
 
 def autocast_dtype(device: str | torch.device) -> torch.dtype:
-    """Autocast dtype: CPU bf16 (fast or not), CUDA bf16 from sm_80 (else fp16), MPS fp16; 00 §1."""
+    """The dtype the notebooks autocast to on ``device``; 00 §1. The rule's training dtype
+    (helpers.precision) where it is 16-bit; where the rule says float32 or measure, the lessons
+    still show autocast in the device's default dtype, emulated (CPU bf16, CUDA fp16), and say
+    so. MPS: the rule's fp16 from torch 2.8; before that, no 16-bit training there (untested)."""
     device = torch.device(device)
-    supported = supported_autocast_dtypes(device.type)
-    if not supported:
+    if not supported_autocast_dtypes(device.type):
         raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: "
-                         "upgrade it or use 'cpu'.")
-    if device.type == "cuda":
-        return torch.bfloat16 if cuda_native_bf16(device) else torch.float16
-    return torch.bfloat16 if device.type == "cpu" else supported[0]  # MPS: fp16 (first)
+                         f"upgrade it or use the CPU ({DEVICE_SWITCH}=cpu).")
+    training = choose_precision(describe_device(device))["training"]
+    if training.dtype in (torch.bfloat16, torch.float16):
+        return training.dtype
+    if device.type == "mps":
+        raise ValueError(f"torch {torch.__version__} cannot train in 16 bits on MPS "
+                         f"({training.reason}): upgrade torch to 2.8 or later, or use the CPU "
+                         f"({DEVICE_SWITCH}=cpu).")
+    return torch.bfloat16 if device.type == "cpu" else torch.float16
 
 
 def needs_grad_scaler(amp_dtype: torch.dtype | None) -> bool:
@@ -202,7 +222,8 @@ def _cpuinfo(key: str) -> list[str]:
 
 
 def cpu_flags() -> set[str]:
-    """CPU feature flags from /proc/cpuinfo (empty where that file does not exist)."""
+    """Every CPU feature flag in /proc/cpuinfo (empty where that file does not exist), for the
+    benchmarks' records; the rule and the machine line read :func:`helpers.precision.cpu_flags`."""
     return set(next(iter(_cpuinfo("flags")), "").split())
 
 
@@ -234,6 +255,7 @@ def environment_report(device: str | torch.device | None = None) -> dict[str, st
               "torchvision": torchvision, "device": str(device),
               "cpu threads": str(torch.get_num_threads()),
               "cpu vector ISA (torch)": torch.backends.cpu.get_cpu_capability(),
+              "cpu 16-bit flags (the rule's)": _sixteen_bit_flags(),
               "cuda available": str(torch.cuda.is_available()),
               "autocast dtype here": str(autocast_dtype(device))}
     if device.type == "cuda":
@@ -256,7 +278,14 @@ def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache
                default=default)
 
 
-SIXTEEN_BIT_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
+def _sixteen_bit_flags() -> str:
+    """The CPU's 16-bit flags as the rule reads them (one reader: helpers.precision.cpu_flags)."""
+    flags, source = precision.cpu_flags()
+    if flags is None:
+        return "CPU flags unreadable"
+    shown = ", ".join(f for f in flags if f in SIXTEEN_BIT_FLAGS) or "no 16-bit CPU flags"
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return f"{shown} under ONEDNN_MAX_CPU_ISA={limit}" if "limited" in source else shown
 
 
 def machine_stamp(device: str | torch.device | None = None) -> str:
@@ -266,8 +295,9 @@ def machine_stamp(device: str | torch.device | None = None) -> str:
         where = "%s (sm_%d%d)" % (torch.cuda.get_device_name(device),
                                   *torch.cuda.get_device_capability(device))
     else:
-        flags = [f for f in SIXTEEN_BIT_FLAGS if f in cpu_flags()]
-        where = (f"{cpu_model()} ({', '.join(flags) or 'no 16-bit CPU flags'}, "
+        where = (f"{cpu_model()} ({_sixteen_bit_flags()}, "
                  f"{torch.backends.cpu.get_cpu_capability()} kernels)")
         where = f"Apple GPU (mps) on {where}" if device.type == "mps" else where
+    if os.environ.get(DEVICE_SWITCH):
+        where = f"{where}, chosen by {DEVICE_SWITCH}={os.environ[DEVICE_SWITCH]}"
     return f"Outputs made on: {where}, {torch.get_num_threads()} threads, torch {torch.__version__}"

@@ -4,6 +4,19 @@ Plain PyTorch (torch and the standard library only), so it can be copied into a 
 :func:`describe_device` reads what a device reports; :func:`choose_precision` turns such a
 description into advice per workload. Every function takes the description, so a test (or you)
 can pass a made-up one: ``choose_precision({"device": "cuda", "name": "Tesla T4", ...})``.
+
+Nothing is called native because of a version number: a version says what PyTorch *offers* (MPS
+autocast, GradScaler's MPS kernels, which wheels carry a GPU), the hardware what it computes.
+Sources, by number: pytorch#99272 (MPS autocast, fp16, torch 2.5), #142397 (GradScaler raised on
+MPS in 2.5), #150255 (GradScaler's MPS kernels, first in 2.8; huggingface/accelerate#3373 gates MPS
+scaling on 2.8), #184286 (MPS unscale zeroed fp16/bf16 gradients, May 2026), #186360 (MPS fused
+Adam ignored found_inf, June 2026; the first release with it is not checked here), #162921 (MPS
+from torch 2.9 needs macOS 14), transformers#40458 (bf16 emulated on M1/M2), karpathy/nanochat#685
+(a bf16 training step took ~17 % longer than float32 on an M4 Max), transformers#36822 and #5651
+(bf16-trained Gemma 3 and T5 overflow in fp16), pytorch#172352 and #175253 (torch 2.11: Volta only
+in the cu126 wheels), oneDNN's dispatcher_control.md (ONEDNN_MAX_CPU_ISA levels), AMD's "AMD matrix
+cores" lab note (bf16 matrix cores on MI200, gfx90a) and CDNA3 (MI300, gfx942). No Mac ran any of
+this: every MPS line is untested here.
 """
 import os
 import platform
@@ -16,8 +29,22 @@ import torch
 
 CPU_FLAGS = ("avx512f", "avx_ne_convert", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16",
              "bf16")  # the last: Arm's BF16
+SIXTEEN_BIT_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16", "bf16")
+LEVEL_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+ONEDNN_LEVELS = {  # ONEDNN_MAX_CPU_ISA -> the CPU_FLAGS oneDNN may still use (cumulative levels)
+    "SSE41": (), "AVX": (), "AVX2": (), "AVX2_VNNI": (), "AVX2_VNNI_2": ("avx_ne_convert",),
+    "AVX512_CORE": LEVEL_FLAGS[:1], "AVX512_CORE_VNNI": LEVEL_FLAGS[:1],
+    "AVX512_CORE_BF16": LEVEL_FLAGS[:2],
+    "AVX10_1_512": LEVEL_FLAGS[:3], "AVX512_CORE_FP16": LEVEL_FLAGS[:3],
+    "AVX10_1_512_AMX": LEVEL_FLAGS[:4], "AVX512_CORE_AMX": LEVEL_FLAGS[:4],
+    "AVX10_1_512_AMX_FP16": LEVEL_FLAGS, "AVX512_CORE_AMX_FP16": LEVEL_FLAGS,
+}  # oneDNN doc/performance_considerations/dispatcher_control.md; DEFAULT (or unknown): no limit
 NO_TENSOR_CORES = r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b"  # sm_75: TU116/TU117
+ROCM_BF16 = ("gfx90a", "gfx942")  # MI200, MI300: bf16 and fp16 matrix cores (AMD, datasheet)
 WORKLOADS = ("training", "batched inference", "chat decoding")
+DESCRIPTION_KEYS = {"cpu": ("torch", "arch", "system", "flags"),
+                    "cuda": ("torch", "name", "capability"),  # ROCm adds "hip" and "gfx"
+                    "mps": ("torch", "macos")}
 CPUINFO = Path("/proc/cpuinfo")  # Linux only
 
 
@@ -26,27 +53,21 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:2])
 
 
-def _onednn_limit(flags: list[str], isa: str) -> list[str]:
-    """The flags oneDNN may still use under ``ONEDNN_MAX_CPU_ISA=isa`` (set to imitate a CPU)."""
-    allowed = {"avx512f": "AVX512" in isa or "AVX10" in isa, "avx_ne_convert": "VNNI_2" in isa,
-               "avx512_bf16": any(word in isa for word in ("BF16", "AMX", "AVX10")),
-               "avx512_fp16": "FP16" in isa or "AVX10" in isa, "amx_bf16": "AMX" in isa,
-               "amx_fp16": "AMX_FP16" in isa}
-    return [f for f in flags if isa == "ALL" or allowed.get(f, True)]
-
-
-def _cpu_flags() -> tuple[list[str] | None, str]:
-    """The :data:`CPU_FLAGS` this CPU reports (None: unreadable), and where they were read."""
+def cpu_flags() -> tuple[list[str] | None, str]:
+    """The :data:`CPU_FLAGS` this CPU reports (None: unreadable) and where they were read, less
+    those oneDNN may not use under ``ONEDNN_MAX_CPU_ISA`` (set to imitate an older CPU). The one
+    reader: the rule and the machine line (``helpers.device.machine_stamp``) both call it."""
     flags, source = _reported_cpu_flags()
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    if flags is None or not isa:
+    if flags is None or isa not in ONEDNN_LEVELS:
         return flags, source
-    return _onednn_limit(flags, isa), f"{source}, limited by ONEDNN_MAX_CPU_ISA={isa}"
+    allowed = ONEDNN_LEVELS[isa] + ("bf16",)  # x86 levels do not limit Arm's flag
+    return [f for f in flags if f in allowed], f"{source}, limited by ONEDNN_MAX_CPU_ISA={isa}"
 
 
 def _reported_cpu_flags() -> tuple[list[str] | None, str]:
     """What the CPU reports, before any oneDNN limit."""
-    if hasattr(torch.cpu, "get_capabilities"):  # torch 2.14.1 has it, 2.4.1 lacks it
+    if hasattr(torch.cpu, "get_capabilities"):  # torch 2.14.1 has it (any OS), 2.4.1 lacks it
         capabilities = dict(torch.cpu.get_capabilities())
         capabilities["avx512f"] = capabilities.get("avx512_f", False)
         return [f for f in CPU_FLAGS if capabilities.get(f) is True], "torch.cpu.get_capabilities()"
@@ -65,45 +86,19 @@ def describe_device(device: str | torch.device = "cpu") -> dict:
     """What ``device`` reports that decides its precision: a plain dict, to print or to make up."""
     kind = torch.device(device).type
     description = {"device": kind, "torch": torch.__version__.split("+")[0],
-                   "arch": platform.machine()}
+                   "arch": platform.machine(), "system": platform.system()}
     if kind == "cuda":
         description["name"] = torch.cuda.get_device_name(device)
         description["capability"] = torch.cuda.get_device_capability(device)
-        description["hip"] = torch.version.hip  # ROCm: the capability is a gfx version
+        description["hip"] = torch.version.hip  # ROCm: the capability is not NVIDIA's
+    if kind == "cuda" and torch.version.hip:  # "gfx90a:sramecc+:xnack-" -> "gfx90a"
+        properties = torch.cuda.get_device_properties(device)
+        description["gfx"] = getattr(properties, "gcnArchName", "").split(":")[0] or None
     if kind == "cpu":
-        description["system"] = platform.system()
-        description["flags"], description["flags from"] = _cpu_flags()
+        description["flags"], description["flags from"] = cpu_flags()
     if kind == "mps":
         description["macos"] = platform.mac_ver()[0]
     return description
-
-
-def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
-    """The 16-bit dtypes the described device computes natively and autocast can use there
-    (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts)."""
-    native = []
-    if d["device"] == "cuda" and not d.get("hip"):
-        capability = tuple(d["capability"])  # (7, 5), or [7, 5] from JSON
-        if capability >= (8, 0):
-            native.append(torch.bfloat16)
-        if capability >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"]):
-            native.append(torch.float16)  # tensor cores
-    elif d["device"] == "mps":  # MPS autocast: fp16 from torch 2.5; bf16 from 2.6, on macOS 14+
-        if version_tuple(d["torch"]) >= (2, 6) and version_tuple(d["macos"]) >= (14,):
-            native.append(torch.bfloat16)
-        if version_tuple(d["torch"]) >= (2, 5):
-            native.append(torch.float16)
-    elif d["device"] == "cpu" and not unknown_reason(d):  # else unknown: ROCm, XPU, no flags, Apple
-        flags = set(d["flags"])
-        if d["arch"] in ("aarch64", "arm64"):
-            bf16_flags = {"bf16"}  # Arm's BF16
-        else:
-            bf16_flags = {"avx512_bf16", "amx_bf16"}
-        if bf16_flags & flags:
-            native.append(torch.bfloat16)
-        if "amx_fp16" in flags:
-            native.append(torch.float16)
-    return tuple(native)
 
 
 class Advice(NamedTuple):
@@ -112,32 +107,79 @@ class Advice(NamedTuple):
     reason: str  # why, and where that comes from
 
 
+def missing_keys(d: dict) -> list[str]:
+    """The keys :func:`choose_precision` needs that ``d`` lacks (:data:`DESCRIPTION_KEYS`)."""
+    return [key for key in ("device",) + DESCRIPTION_KEYS.get(d.get("device"), ()) if key not in d]
+
+
+def is_arm(d: dict) -> bool:
+    """An Arm CPU: Linux says "aarch64", macOS "arm64", Windows on Arm "ARM64"."""
+    return d["arch"].lower() in ("aarch64", "arm64")
+
+
+def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
+    """The 16-bit dtypes the described device computes natively and autocast can use there
+    (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts).
+    Apple GPUs: fp16 only; bf16 is emulated on M1/M2 (transformers#40458). Untested here."""
+    native = []
+    if unknown_reason(d):
+        return ()
+    if d["device"] == "cuda" and d.get("hip"):  # ROCm: by gfx name, never NVIDIA's numbers
+        native += [torch.bfloat16, torch.float16]  # only ROCM_BF16 get here
+    elif d["device"] == "cuda":
+        capability = tuple(d["capability"])  # (7, 5), or [7, 5] from JSON
+        if capability >= (8, 0):
+            native.append(torch.bfloat16)
+        if capability >= (7, 0) and not re.search(NO_TENSOR_CORES, d["name"]):
+            native.append(torch.float16)  # tensor cores
+    elif d["device"] == "mps" and version_tuple(d["torch"]) >= (2, 5):  # MPS autocast: 2.5 on
+        native.append(torch.float16)
+    elif d["device"] == "cpu":
+        bf16_flags = {"bf16"} if is_arm(d) else {"avx512_bf16", "amx_bf16"}
+        if bf16_flags & set(d["flags"]):
+            native.append(torch.bfloat16)
+        if "amx_fp16" in d["flags"]:
+            native.append(torch.float16)
+    return tuple(native)
+
+
 def unknown_reason(d: dict) -> str | None:
     """Why the rule cannot tell for the described device (then: measure), or None."""
-    if d["device"] == "cuda" and d.get("hip"):
-        return "ROCm GPU: its capability numbers are gfx versions, unknown here"
     if d["device"] not in ("cpu", "cuda", "mps"):
         return f"{d['device']}: unknown here"
+    if d["device"] == "cuda" and d.get("hip") and d.get("gfx") not in ROCM_BF16:
+        return (f"ROCm GPU {d.get('gfx') or '(no gfx name)'}: the rule knows the matrix cores of "
+                f"{' and '.join(ROCM_BF16)} only")
+    if d["device"] == "mps" and version_tuple(d["torch"]) >= (2, 9):
+        if version_tuple(d["macos"]) < (14,):
+            return (f"Apple GPU, torch {d['torch']}, macOS {d['macos']} (untested here): MPS from "
+                    "torch 2.9 needs macOS 14 (pytorch#162921): the Apple CPU computes: measure")
     if d["device"] == "cpu" and d["flags"] is None:
-        return f"CPU flags unreadable here ({d['flags from']})"
-    if d["device"] == "cpu" and d["system"] == "Darwin" and d["arch"] == "arm64":
-        return "Apple CPU: macOS arm64 wheels may be built without oneDNN"
+        return f"CPU flags unreadable here ({d.get('flags from')})"
+    if d["device"] == "cpu" and is_arm(d) and "bf16" in d["flags"] and d["system"] == "Darwin":
+        return "Apple CPU with BF16: macOS arm64 wheels were built without oneDNN"
+    if d["device"] == "cpu" and is_arm(d) and "bf16" in d["flags"] and d["system"] == "Windows":
+        return "Windows on Arm with BF16: whether its wheels' CPU kernels use BF16 is unknown here"
     return None
 
 
 def label(d: dict) -> str:
     """The device in a few words, to start each reason."""
+    if d["device"] == "cuda" and d.get("hip"):
+        return f"{d['name']} ({d['gfx']}, ROCm)"
+    if d["device"] == "cuda" and tuple(d["capability"]) == (7, 0):
+        return f"{d['name']} (sm_70; torch 2.11+ has it in the cu126 wheels only)"
     if d["device"] == "cuda":
         return "%s (sm_%d%d)" % (d["name"], *d["capability"])
     if d["device"] == "mps":
-        return f"Apple GPU, torch {d['torch']}, macOS {d['macos']}"
+        return f"Apple GPU, torch {d['torch']}, macOS {d['macos']} (untested here)"
     return "CPU (" + (", ".join(d["flags"]) or "no AVX512 or 16-bit flags") + ")"
 
 
 def why_float32(d: dict) -> str:
     """Why 16-bit work will not pay on a device without native 16-bit arithmetic."""
     if d["device"] == "mps":
-        return "no MPS autocast before torch 2.5"
+        return "no MPS autocast before torch 2.5 (pytorch#99272)"
     if d["device"] == "cpu":
         return ("no native 16-bit arithmetic: 16-bit matmuls run by conversion through float32 "
                 "(oneDNN's bf16 path too), slower where compute-bound (00 §2)")
@@ -149,8 +191,26 @@ def why_float32(d: dict) -> str:
     return "no tensor cores (datasheet)"
 
 
+def why_fp16(d: dict, workload: str) -> str:
+    """The reason, and its caveats, for float16 on a device whose native 16-bit type it is."""
+    if workload == "chat decoding":
+        return ("fp16 weights halve the bytes read per token, but bf16-trained checkpoints can "
+                "overflow in fp16 (transformers#36822, #5651): run 08's overflow audit first, or "
+                "keep float32 weights under fp16 autocast, the whole generate loop in one context")
+    if workload == "batched inference":
+        return ("autocast keeps the ops on its float32 list in float32, where fp16 could "
+                "overflow past 65504 (06)")
+    if d["device"] == "mps":
+        return ("fp16, Apple GPUs' native 16-bit type; GradScaler on MPS from torch 2.8 "
+                "(pytorch#150255): float32 master weights (pytorch#184286), a non-fused "
+                "optimizer (fused Adam ignored found_inf until pytorch#186360)")
+    return "fp16 tensor cores; fp16 gradients underflow without a GradScaler (04)"
+
+
 def choose_precision(d: dict) -> dict[str, Advice]:
     """Per workload (:data:`WORKLOADS`), the precision to use on the device ``d`` describes."""
+    if missing_keys(d):
+        raise ValueError(f"a {d.get('device')!r} description needs {', '.join(missing_keys(d))}")
     if unknown_reason(d):
         return dict.fromkeys(WORKLOADS, Advice(None, "measure", unknown_reason(d)))
     native, where = native_dtypes(d), label(d)
@@ -162,15 +222,15 @@ def choose_precision(d: dict) -> dict[str, Advice]:
         batched = Advice(torch.bfloat16, "16-bit weights", f"{where}: bf16 weights are cast once "
                          "and halve the bytes; autocast casts them again every call (06)")
     elif torch.float16 in native:
-        training = Advice(torch.float16, "autocast + GradScaler", f"{where}: fp16 tensor cores; "
-                          "fp16 gradients underflow without a GradScaler (04)")
-        batched = Advice(torch.float16, "autocast", f"{where}: autocast keeps the ops on its "
-                         "float32 list in float32, where fp16 could overflow past 65504 (06)")
-    if d["device"] == "mps" and training.how == "autocast + GradScaler":
-        training = Advice(torch.float32, "float32", f"{where}: bf16 autocast needs torch 2.6 and "
-                          "macOS 14; GradScaler raised on MPS in torch 2.5 (pytorch#142397) and "
-                          "fused Adam there ignored its found_inf until PR pytorch#186360: measure")
-    if d["device"] == "cuda" and native:
-        chat = Advice(native[0], "16-bit weights", f"{where}: decoding reads every weight per "
-                      "token; 16-bit weights halve the bytes")
+        training = Advice(torch.float16, "autocast + GradScaler",
+                          f"{where}: {why_fp16(d, 'training')}")
+        batched = Advice(torch.float16, "autocast", f"{where}: {why_fp16(d, 'batched inference')}")
+    if native and d["device"] == "mps" and version_tuple(d["torch"]) < (2, 8):
+        training = Advice(torch.float32, "float32", f"{where}: GradScaler has MPS kernels from "
+                          "torch 2.8 (pytorch#150255; it raised in 2.5: pytorch#142397)")
+    if d["device"] == "cuda" and native == (torch.float16,):
+        chat = Advice(torch.float16, "16-bit weights", f"{where}: {why_fp16(d, 'chat decoding')}")
+    elif d["device"] == "cuda" and native:
+        chat = Advice(torch.bfloat16, "16-bit weights", f"{where}: decoding reads every weight "
+                      "per token; 16-bit weights halve the bytes")
     return {"training": training, "batched inference": batched, "chat decoding": chat}

@@ -1,10 +1,12 @@
 import os
+import re
 
 import pytest
 import torch
 
 import helpers
 from helpers import device as device_module
+from helpers import precision as precision_module
 
 
 def test_pick_device_defaults_to_an_available_device():
@@ -53,15 +55,64 @@ def test_autocast_dtype_is_bf16_on_cpu():
 def test_mps_autocast_depends_on_what_this_torch_offers(monkeypatch):
     monkeypatch.setattr(torch.amp.autocast_mode, "is_autocast_available", lambda device_type: False)
     assert helpers.supported_autocast_dtypes("mps") == ()
-    with pytest.raises(ValueError, match="no autocast for 'mps'"):
+    with pytest.raises(ValueError, match="no autocast for 'mps'.*AMP_COURSE_DEVICE=cpu"):
         helpers.autocast_dtype("mps")
     monkeypatch.setattr(torch.amp.autocast_mode, "is_autocast_available", lambda device_type: True)
-    assert helpers.autocast_dtype("mps") is torch.float16
     for version, expected in (("2.5.1", (torch.float16,)), ("2.6.0", (torch.float16, torch.bfloat16)),
                               ("2.14.1+cpu", (torch.float16, torch.bfloat16))):  # bf16: pytorch#139390
         monkeypatch.setattr(torch, "__version__", version)
-        assert helpers.supported_autocast_dtypes("mps") == expected
-        assert helpers.autocast_dtype("mps") is torch.float16  # the course's MPS choice either way
+        assert helpers.supported_autocast_dtypes("mps") == expected  # what autocast accepts, not the rule
+
+
+def a_mac(monkeypatch, version: str, macos: str) -> None:
+    """This process as a Mac (untested here: no Mac ran it): torch ``version``, macOS ``macos``, MPS on."""
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(precision_module.platform, "mac_ver", lambda: (macos, ("", "", ""), "arm64"))
+    monkeypatch.setattr(torch.amp.autocast_mode, "is_autocast_available", lambda device_type: True)
+    monkeypatch.setattr(device_module, "_device_available", lambda kind: kind in ("cpu", "mps"))
+    monkeypatch.delenv("AMP_COURSE_DEVICE", raising=False)
+
+
+@pytest.mark.parametrize("version, macos, dtype, picked", [
+    ("2.5.1", "14.5", None, "cpu"), ("2.7.1", "14.5", None, "cpu"),  # no GradScaler on MPS (pytorch#150255)
+    ("2.8.0", "13.6", torch.float16, "mps"), ("2.8.0", "14.5", torch.float16, "mps"),
+    ("2.14.1", "15.3", torch.float16, "mps")])
+def test_the_notebooks_mps_dtype_follows_the_rule(monkeypatch, version, macos, dtype, picked):
+    """fp16 + GradScaler on MPS only where the rule trains so (torch 2.8 on); never bf16 (emulated on M1/M2)."""
+    a_mac(monkeypatch, version, macos)
+    assert helpers.pick_device().type == picked  # the best device: MPS only where it trains in 16 bits
+    if dtype is None:
+        with pytest.raises(ValueError, match=r"cannot train in 16 bits on MPS.*pytorch#150255.*=cpu"):
+            helpers.autocast_dtype("mps")
+    else:
+        assert helpers.autocast_dtype("mps") is dtype and helpers.needs_grad_scaler(dtype)
+
+
+def test_one_cpu_switch_moves_the_device_and_its_autocast_dtype(monkeypatch):
+    """AMP_COURSE_DEVICE=cpu on a Mac with torch 2.8: the device *and* the amp dtype are the CPU's."""
+    a_mac(monkeypatch, "2.8.0", "14.5")
+    assert helpers.pick_device() == torch.device("mps")
+    assert helpers.autocast_dtype(helpers.pick_device()) is torch.float16
+    monkeypatch.setenv("AMP_COURSE_DEVICE", "cpu")
+    device = helpers.pick_device()
+    assert device == torch.device("cpu") and helpers.autocast_dtype(device) is torch.bfloat16
+    assert "chosen by AMP_COURSE_DEVICE=cpu" in helpers.machine_stamp(device)
+    assert helpers.pick_device("mps") == torch.device("mps")  # an explicit choice still wins
+    monkeypatch.setenv("AMP_COURSE_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="cpu, cuda, mps"):
+        helpers.pick_device()
+
+
+def test_every_notebook_takes_its_device_from_pick_device_or_runs_on_the_cpu():
+    """So that the one CPU switch (AMP_COURSE_DEVICE=cpu, read by pick_device) reaches every notebook."""
+    import json
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                         if c["cell_type"] == "code")
+        setup = "device = helpers.pick_device()" in code or 'device = torch.device("cpu")' in code
+        assert setup and not re.search(r'torch\.device\("(cuda|mps)"\)|\.cuda\(\)', code), path.name
 
 
 @pytest.mark.parametrize("native, expected", [((), (64, 4, 4)), ((torch.bfloat16,), (64, 64, 4)),

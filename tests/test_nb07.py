@@ -23,10 +23,17 @@ def test_the_table_shows_every_kind_with_the_rules_advice():
     for row, description in zip(rows[1:], guide.KINDS.values()):  # each cell is the rule's, in short
         assert row[1:] == [guide.short(a) for a in helpers.choose_precision(description).values()], row
     table = {row[0]: row[1:] for row in rows[1:]}
-    assert table["T4, RTX 20xx (sm_75)"] == ["fp16 autocast + GradScaler", "fp16 autocast", "fp16 weights"]
+    assert table["T4, RTX 20xx (sm_75)"] == ["fp16 autocast + GradScaler", "fp16 autocast",
+                                             "fp16 weights, audit first"]
     assert table["x86 AVX512-BF16 (AMD Zen 4 on)"] == ["bf16 autocast", "bf16 weights", "measure"]
     assert table["x86 AVX2 (most laptops; AMD before Zen 4)"] == ["float32", "float32", "measure"]
-    assert table["AMD GPU (ROCm)"] == ["measure"] * 3
+    assert table["Other AMD GPUs (ROCm, e.g. gfx1100)"] == ["measure"] * 3
+    assert table["AMD MI200, MI300 (ROCm gfx90a, gfx942)"] == ["bf16 autocast", "bf16 weights", "bf16 weights"]
+    assert table["V100 (sm_70)"] == ["fp16 autocast + GradScaler", "fp16 autocast", "fp16 weights, audit first"]
+    assert table["Apple GPU, torch 2.5-2.7 (untested here)"] == ["float32", "fp16 autocast", "measure"]
+    assert table["Apple GPU, torch 2.8+ (untested here)"] == ["fp16 autocast + GradScaler", "fp16 autocast",
+                                                             "measure"]
+    assert not [row for row in rows[1:] if row[0].startswith("Apple GPU") and "bf16" in " ".join(row[1:])]
 
 
 @pytest.mark.parametrize("name, cores", [
@@ -207,8 +214,9 @@ def test_guide_and_notebook_07_point_at_sections_that_exist():
         assert section in sections[notebook], f"{notebook} has no section {section}"
 
 
-COPIED = ("NO_TENSOR_CORES", "WORKLOADS", "version_tuple", "Advice", "native_dtypes", "unknown_reason", "label",
-          "why_float32", "choose_precision")
+COPIED = ("NO_TENSOR_CORES", "ROCM_BF16", "WORKLOADS", "DESCRIPTION_KEYS", "version_tuple", "Advice",
+          "missing_keys", "is_arm", "native_dtypes", "unknown_reason", "label", "why_float32", "why_fp16",
+          "choose_precision")
 
 
 def _definitions(source: str) -> dict[str, str]:

@@ -24,8 +24,12 @@ def cuda(name, capability, hip=None):
             "capability": capability, "hip": hip}
 
 
+def rocm(name, gfx):  # the capability is AMD's own numbering: the rule must not read it as NVIDIA's
+    return {**cuda(name, (9, 4), hip="6.2.41133"), "gfx": gfx}
+
+
 def mps(version, macos):
-    return {"device": "mps", "torch": version, "arch": "arm64", "macos": macos}
+    return {"device": "mps", "torch": version, "arch": "arm64", "system": "Darwin", "macos": macos}
 
 
 WINDOWS = {**cpu(system="Windows", arch="AMD64", version="2.4.1"), "flags": None,
@@ -35,7 +39,8 @@ CPU_BF16 = ((BF16, "autocast"), (BF16, "16-bit weights"), (None, "measure"))
 MEASURE = ((None, "measure"),) * 3
 TENSOR_CORES_FP16 = ((FP16, "autocast + GradScaler"), (FP16, "autocast"), (FP16, "16-bit weights"))
 GPU_BF16 = ((BF16, "autocast"), (BF16, "16-bit weights"), (BF16, "16-bit weights"))
-MPS_FP16 = ((FP32, "float32"), (FP16, "autocast"), (None, "measure"))
+MPS_INFERENCE_FP16 = ((FP32, "float32"), (FP16, "autocast"), (None, "measure"))
+MPS_FP16 = ((FP16, "autocast + GradScaler"), (FP16, "autocast"), (None, "measure"))
 
 # (kind, description, (dtype, how) for training, batched inference, chat decoding, words in the reasons)
 RECIPES = [
@@ -49,26 +54,39 @@ RECIPES = [
      CPU_BF16, "native bf16"),
     ("Arm with BF16 (Graviton 3)", cpu("bf16", arch="aarch64"), CPU_BF16, "native bf16"),
     ("Arm without BF16 (Graviton 2)", cpu(arch="aarch64"), FLOAT32, "conversion through float32"),
-    ("Apple CPU", cpu("bf16", arch="arm64", system="Darwin"), MEASURE, "without oneDNN"),
+    ("Apple CPU with BF16 (M2 on)", cpu("bf16", arch="arm64", system="Darwin"), MEASURE, "without oneDNN"),
+    ("Apple CPU without BF16 (M1)", cpu(arch="arm64", system="Darwin"), FLOAT32, "conversion through float32"),
+    ("Windows on Arm with BF16", cpu("bf16", arch="ARM64", system="Windows"), MEASURE, "Windows on Arm"),
+    ("Windows on Arm without BF16", cpu(arch="ARM64", system="Windows"), FLOAT32, "conversion through"),
     ("Windows, flags unreadable", WINDOWS, MEASURE, "CPU flags unreadable"),
-    ("MPS, torch 2.4", mps("2.4.1", "14.5"), FLOAT32, "no MPS autocast before torch 2.5"),
-    ("MPS, torch 2.5, macOS 14", mps("2.5.1", "14.5"), MPS_FP16, "pytorch#142397"),
-    ("MPS, torch 2.6, macOS 13", mps("2.6.0", "13.6"), MPS_FP16, "macOS 14"),
-    ("MPS, torch 2.6, macOS 14", mps("2.6.0", "14.0"), CPU_BF16, "native bf16"),
-    ("MPS, torch 2.14, macOS 15", mps("2.14.1", "15.3"), CPU_BF16, "native bf16"),
     ("P100", cuda("Tesla P100-PCIE-16GB", (6, 0)), FLOAT32, "accumulate in float32"),
     ("GTX 1080 (sm_61)", cuda("NVIDIA GeForce GTX 1080", (6, 1)), FLOAT32, "1/64"),
     ("GTX 16xx", cuda("NVIDIA GeForce GTX 1660 Ti", (7, 5)), FLOAT32, "no tensor cores"),
     ("T1000", cuda("NVIDIA T1000", (7, 5)), FLOAT32, "no tensor cores"),
     ("MX450", cuda("NVIDIA GeForce MX450", (7, 5)), FLOAT32, "no tensor cores"),
     ("T4", cuda("Tesla T4", (7, 5)), TENSOR_CORES_FP16, "GradScaler"),
-    ("V100", cuda("Tesla V100-SXM2-32GB", (7, 0)), TENSOR_CORES_FP16, "GradScaler"),
+    ("V100", cuda("Tesla V100-SXM2-32GB", (7, 0)), TENSOR_CORES_FP16, "cu126"),
     ("RTX 2080", cuda("NVIDIA GeForce RTX 2080", (7, 5)), TENSOR_CORES_FP16, "fp16 tensor cores"),
     ("A100", cuda("NVIDIA A100-SXM4-80GB", (8, 0)), GPU_BF16, "native bf16"),
     ("H100", cuda("NVIDIA H100 80GB HBM3", (9, 0)), GPU_BF16, "native bf16"),
-    ("ROCm (MI300X)", cuda("AMD Instinct MI300X", (9, 4), hip="6.2.41133"), MEASURE, "gfx"),
+    ("ROCm MI250X (gfx90a)", rocm("AMD Instinct MI250X", "gfx90a"), GPU_BF16, "gfx90a, ROCm"),
+    ("ROCm MI300X (gfx942)", rocm("AMD Instinct MI300X", "gfx942"), GPU_BF16, "gfx942, ROCm"),
+    ("ROCm RX 7900 (gfx1100)", rocm("AMD Radeon RX 7900 XTX", "gfx1100"), MEASURE, "gfx1100"),
+    ("ROCm, no gfx name", rocm("AMD Instinct MI300X", None), MEASURE, "no gfx name"),
     ("XPU", {"device": "xpu", "torch": "2.14.1", "arch": "x86_64"}, MEASURE, "unknown here"),
 ]
+
+# MPS (untested here: no Mac ran it): torch x macOS, each line saying so and citing its source
+MPS_MATRIX = [
+    ("2.4.1", "13.6", FLOAT32, "pytorch#99272"), ("2.4.1", "14.5", FLOAT32, "pytorch#99272"),
+    ("2.5.1", "13.6", MPS_INFERENCE_FP16, "pytorch#142397"), ("2.5.1", "14.5", MPS_INFERENCE_FP16, "pytorch#150255"),
+    ("2.6.0", "13.6", MPS_INFERENCE_FP16, "pytorch#150255"), ("2.6.0", "14.5", MPS_INFERENCE_FP16, "pytorch#150255"),
+    ("2.7.1", "14.5", MPS_INFERENCE_FP16, "pytorch#150255"),
+    ("2.8.0", "13.6", MPS_FP16, "pytorch#186360"), ("2.8.0", "14.5", MPS_FP16, "pytorch#184286"),
+    ("2.9.0", "13.6", MEASURE, "pytorch#162921"), ("2.9.0", "14.5", MPS_FP16, "non-fused optimizer"),
+    ("2.14.1", "13.7", MEASURE, "needs macOS 14"), ("2.14.1", "15.3", MPS_FP16, "float32 master weights"),
+]
+RECIPES += [(f"MPS, torch {t}, macOS {m}", mps(t, m), expected, words) for t, m, expected, words in MPS_MATRIX]
 
 
 @pytest.mark.parametrize("kind, description, expected, words", RECIPES, ids=[r[0] for r in RECIPES])
@@ -87,7 +105,17 @@ def test_each_advice_is_consistent_with_its_how():
             assert (a.dtype is None) == (a.how == "measure"), (description, workload)
             assert (a.dtype == FP32) == (a.how == "float32"), (description, workload)
             assert (a.how == "autocast + GradScaler") == (a.dtype == FP16 and workload == "training")
-            assert a.reason and len(a.reason) < 250
+            assert a.reason and len(a.reason) < 350
+            assert ("untested here" in a.reason) == (description["device"] == "mps"), a.reason
+
+
+def test_no_advice_calls_bf16_native_on_an_apple_gpu():
+    """bf16 is emulated on M1/M2 (transformers#40458) and was slower than float32 on an M4 Max
+    (nanochat#685): whatever the torch and macOS versions, MPS never gets bf16."""
+    for version, macos, _, _ in MPS_MATRIX:
+        assert BF16 not in native_dtypes(mps(version, macos))
+        assert all(a.dtype != BF16 and "native bf16" not in a.reason
+                   for a in choose_precision(mps(version, macos)).values())
 
 
 def test_chat_decoding_on_a_cpu_points_to_the_cell_that_measures_it():
@@ -96,25 +124,40 @@ def test_chat_decoding_on_a_cpu_points_to_the_cell_that_measures_it():
         assert chat.how == "measure" and "memory-bound" in chat.reason and "08 §5" in chat.reason
 
 
-def test_the_mps_training_reason_names_the_grad_scaler_history():
-    reason = choose_precision(mps("2.6.0", "13.6"))["training"].reason
-    assert "pytorch#142397" in reason and "found_inf" in reason and "pytorch#186360" in reason
+def test_mps_training_waits_for_grad_scalers_mps_kernels_and_names_their_fixes():
+    before = choose_precision(mps("2.6.0", "14.5"))["training"]
+    assert before.how == "float32" and "pytorch#150255" in before.reason and "pytorch#142397" in before.reason
+    after = choose_precision(mps("2.8.0", "14.5"))["training"]
+    assert after.how == "autocast + GradScaler" and "untested here" in after.reason
+    assert "float32 master weights" in after.reason and "non-fused optimizer" in after.reason
+    assert "found_inf" in after.reason and "pytorch#186360" in after.reason
 
 
-@pytest.mark.parametrize("description, native", [
-    (cpu(), ()), (cpu("avx512f"), ()), (cpu("avx_ne_convert"), ()), (cpu("avx512f", "avx512_fp16"), ()),
-    (cpu("avx512f", "avx512_bf16"), (BF16,)), (cpu("amx_bf16"), (BF16,)),
-    (cpu("avx512_bf16", "amx_bf16", "amx_fp16"), (BF16, FP16)),
-    (cpu("bf16", arch="aarch64"), (BF16,)), (cpu("avx512_bf16", arch="aarch64"), ()),  # Arm: its own flag
-    (cpu("bf16", arch="arm64", system="Darwin"), ()), (WINDOWS, ()),
-    (cuda("Tesla P100-PCIE-16GB", (6, 0)), ()), (cuda("NVIDIA GeForce GTX 1650", (7, 5)), ()),
-    (cuda("NVIDIA T400 4GB", (7, 5)), ()), (cuda("Tesla T4", (7, 5)), (FP16,)),
-    (cuda("NVIDIA A100-SXM4-80GB", (8, 0)), (BF16, FP16)), (cuda("AMD Instinct MI250X", (9, 0), "6.0"), ()),
-    (mps("2.4.1", "14.5"), ()), (mps("2.5.1", "14.5"), (FP16,)), (mps("2.6.0", "13.6"), (FP16,)),
-    (mps("2.6.0", "14.0"), (BF16, FP16)),
-])
-def test_native_dtypes_come_from_flags_and_capability_not_from_onednns_broader_check(description, native):
-    assert native_dtypes(description) == native
+@pytest.mark.parametrize("name, capability", [("Tesla T4", (7, 5)), ("Tesla V100-SXM2-32GB", (7, 0))])
+def test_fp16_decoding_on_a_t4_or_v100_carries_the_overflow_caveat_and_its_two_ways(name, capability):
+    chat = choose_precision(cuda(name, capability))["chat decoding"]
+    assert (chat.dtype, chat.how) == (FP16, "16-bit weights")
+    for words in ("overflow", "transformers#36822", "#5651", "08's overflow audit", "fp16 autocast",
+                  "whole generate loop in one context"):
+        assert words in chat.reason, words
+    assert ("cu126" in chat.reason) == (capability == (7, 0))  # the V100 wheel note
+    bf16_gpu = choose_precision(cuda("NVIDIA A100-SXM4-80GB", (8, 0)))["chat decoding"]
+    assert "overflow" not in bf16_gpu.reason  # bf16 has float32's range
+
+
+def test_rocm_gfx_names_never_reach_the_cuda_branch():
+    """An MI300X reports (9, 4), a gfx1100 (11, 0): read as NVIDIA's numbers both would be "native bf16"."""
+    for gfx in ("gfx1100", "gfx906", None):
+        assert native_dtypes(rocm("AMD GPU", gfx)) == ()
+    assert native_dtypes({**rocm("AMD Instinct MI300X", "gfx942"), "capability": (1, 0)}) == (BF16, FP16)
+
+
+def test_an_incomplete_description_is_a_value_error_naming_the_keys():
+    with pytest.raises(ValueError, match="'mps' description needs macos"):
+        choose_precision({"device": "mps", "torch": "2.8.0"})
+    with pytest.raises(ValueError, match="needs capability"):
+        choose_precision({"device": "cuda", "torch": "2.14.1", "name": "Tesla T4"})
+    assert precision.missing_keys({"device": "xpu"}) == []  # unknown kinds: "measure"
 
 
 def test_describe_device_on_this_machine():
@@ -163,15 +206,20 @@ def test_describe_device_on_windows_without_readable_flags_says_measure(monkeypa
     assert "unreadable" in choose_precision(d)["training"].reason
 
 
-@pytest.mark.parametrize("name, capability, hip, training", [
-    ("Tesla T4", (7, 5), None, FP16), ("NVIDIA H100 80GB HBM3", (9, 0), None, BF16),
-    ("AMD Instinct MI300X", (9, 4), "6.2.41133", None)])
-def test_describe_device_reads_a_gpu(monkeypatch, name, capability, hip, training):
+@pytest.mark.parametrize("name, capability, hip, gcn, training", [
+    ("Tesla T4", (7, 5), None, None, FP16), ("NVIDIA H100 80GB HBM3", (9, 0), None, None, BF16),
+    ("AMD Instinct MI300X", (9, 4), "6.2.41133", "gfx942:sramecc+:xnack-", BF16),
+    ("AMD Instinct MI250X", (9, 0), "6.2.41133", "gfx90a:sramecc+:xnack-", BF16),
+    ("AMD Radeon RX 7900 XTX", (11, 0), "6.2.41133", "gfx1100", None)])
+def test_describe_device_reads_a_gpu(monkeypatch, name, capability, hip, gcn, training):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    properties = type("Properties", (), {"gcnArchName": gcn})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
     monkeypatch.setattr(torch.version, "hip", hip)
     d = describe_device("cuda")
     assert (d["device"], d["name"], d["capability"], d["hip"]) == ("cuda", name, capability, hip)
+    assert d.get("gfx") == (gcn.split(":")[0] if gcn else None)  # the feature suffix stripped
     assert choose_precision(d)["training"].dtype == training
 
 
@@ -183,10 +231,11 @@ def test_the_rule_is_plain_pytorch_and_short():
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= {"os", "platform", "re", "subprocess", "pathlib", "typing", "torch"}, imported
     decision = [precision.choose_precision, precision.native_dtypes, precision.why_float32,
-                precision.unknown_reason, precision.label]
+                precision.why_fp16, precision.unknown_reason, precision.label, precision.is_arm,
+                precision.missing_keys]
     lines = sum(len(inspect.getsource(f).splitlines()) for f in decision)
-    assert 40 <= lines <= 100, lines
-    assert len(inspect.getsource(precision.choose_precision).splitlines()) <= 25  # one notebook cell
+    assert 40 <= lines <= 150, lines
+    assert len(inspect.getsource(precision.choose_precision).splitlines()) <= 30  # one notebook cell
 
 
 def test_the_preflight_report_prints_the_rules_advice_and_measures_nothing(monkeypatch):
@@ -205,17 +254,58 @@ def test_the_preflight_report_prints_the_rules_advice_and_measures_nothing(monke
         assert line.strip().startswith(f"{workload}: {a.how}") and a.reason in line
 
 
+SAPPHIRE_RAPIDS = ["avx512f", "avx_ne_convert", "avx512_bf16", "amx_bf16", "avx512_fp16"]
+
+
 @pytest.mark.parametrize("isa, flags", [
-    ("AVX2", []), ("avx512_core", ["avx512f"]), ("AVX512_CORE_BF16", ["avx512f", "avx512_bf16"]),
-    ("ALL", ["avx512f", "avx512_bf16", "amx_bf16"])])
+    ("AVX2", []), ("avx2_vnni_2", ["avx_ne_convert"]), ("avx512_core", ["avx512f"]),
+    ("AVX512_CORE_BF16", ["avx512f", "avx512_bf16"]),
+    ("AVX512_CORE_FP16", ["avx512f", "avx512_bf16", "avx512_fp16"]),  # cumulative: bf16 stays
+    ("AVX10_1_512", ["avx512f", "avx512_bf16", "avx512_fp16"]),
+    ("AVX512_CORE_AMX", ["avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16"]),
+    ("DEFAULT", SAPPHIRE_RAPIDS), ("ALL", SAPPHIRE_RAPIDS)])
 def test_an_imitation_by_onednn_max_cpu_isa_is_described_as_the_cpu_it_imitates(monkeypatch, isa, flags):
-    """ONEDNN_MAX_CPU_ISA=AVX2 on an AVX512-BF16 machine runs bf16 matmuls emulated: the rule must say so."""
-    monkeypatch.setattr(precision, "_reported_cpu_flags", lambda: (["avx512f", "avx512_bf16", "amx_bf16"], "made up"))
+    """ONEDNN_MAX_CPU_ISA=AVX2 on an AVX512-BF16 machine runs bf16 matmuls emulated: the rule must say so.
+    oneDNN's levels are cumulative (dispatcher_control.md): AVX512_CORE_FP16 keeps bf16."""
+    monkeypatch.setattr(precision, "_reported_cpu_flags", lambda: (SAPPHIRE_RAPIDS, "made up"))
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
     d = describe_device()
-    assert d["flags"] == flags and f"ONEDNN_MAX_CPU_ISA={isa.upper()}" in d["flags from"]
+    assert d["flags"] == flags
+    assert (f"ONEDNN_MAX_CPU_ISA={isa.upper()}" in d["flags from"]) == (isa not in ("DEFAULT", "ALL"))
+    assert (choose_precision(d)["training"].dtype == BF16) == ("avx512_bf16" in flags)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
-    assert describe_device()["flags"] == ["avx512f", "avx512_bf16", "amx_bf16"]
+    assert describe_device()["flags"] == SAPPHIRE_RAPIDS
+
+
+@pytest.mark.parametrize("isa, stamp, training", [
+    ("AVX2", "no 16-bit CPU flags under ONEDNN_MAX_CPU_ISA=AVX2", FP32),
+    ("AVX512_CORE_FP16", "avx512_bf16, avx512_fp16 under ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16", BF16),
+    (None, "avx512_bf16, amx_bf16, avx512_fp16", BF16)])
+def test_the_machine_line_and_the_rule_read_one_set_of_flags(monkeypatch, isa, stamp, training):
+    """One reader (precision.cpu_flags) for the machine line, the environment report and the rule."""
+    import helpers
+
+    monkeypatch.setattr(precision, "_reported_cpu_flags", lambda: (SAPPHIRE_RAPIDS, "made up"))
+    monkeypatch.delenv("AMP_COURSE_DEVICE", raising=False)
+    if isa:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert f"({stamp}, " in helpers.machine_stamp("cpu")
+    assert helpers.environment_report("cpu")["cpu 16-bit flags (the rule's)"] == stamp
+    assert choose_precision(describe_device("cpu"))["training"].dtype == training
+
+
+@pytest.mark.parametrize("system", ["Windows", "Darwin"])
+def test_the_machine_line_never_says_no_16_bit_flags_where_it_cannot_read_them(monkeypatch, system):
+    import helpers
+
+    monkeypatch.setattr(precision, "_reported_cpu_flags", lambda: (None, "no torch.cpu.get_capabilities"))
+    monkeypatch.setattr(precision.platform, "system", lambda: system)
+    line = helpers.machine_stamp("cpu")
+    assert "CPU flags unreadable" in line and "no 16-bit CPU flags" not in line
+    monkeypatch.setattr(precision, "_reported_cpu_flags", lambda: (["bf16"], "sysctl hw.optional"))
+    assert "(bf16, " in helpers.machine_stamp("cpu")  # an M2's BF16, as the rule reads it
 
 
 def test_a_description_read_from_json_works_too():

@@ -5,6 +5,7 @@ with mutants of it that must be caught). Each test compares with an independent 
 a scale sequence worked out by hand, a file that records whether foreign code ran)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import pickle
 import tempfile
@@ -316,25 +317,26 @@ def take_home_problems(recipe) -> list[str]:
     optimizer = torch.optim.SGD(recorder.parameters(), lr=LR)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     recipe.train_one_epoch(recorder, [(inputs, labels)] * 3, optimizer, scaler, fp16, CPU)
-    recipe.save_checkpoint(folder / "c.pt", recorder, optimizer, scaler)
-    restored, restored_scaler = Recorder(), torch.amp.GradScaler("cpu")
-    recipe.load_checkpoint(folder / "c.pt", restored, torch.optim.SGD(restored.parameters(), lr=LR), restored_scaler,
-                           CPU)
+    recipe.save_checkpoint(folder / "c.pt", recorder, optimizer, scaler, fp16)
+    restored = Recorder()
+    restored_scaler = recipe.load_checkpoint(folder / "c.pt", restored, torch.optim.SGD(restored.parameters(), lr=LR),
+                                             fp16, CPU)
     if restored_scaler.state_dict() != scaler.state_dict():
         problems.append(f"the scaler came back as {restored_scaler.state_dict()}, saved {scaler.state_dict()}")
     if not all(torch.equal(a, b) for a, b in zip(recorder.state_dict().values(), restored.state_dict().values())):
         problems.append("the model's weights did not come back")
+    problems += changed_precision_problems(recipe, folder)
     marker = folder / "foreign code ran"
     torch.save({"model": restored.state_dict(), "extra": LeavesATrace(marker)}, folder / "evil.pt")
     try:
-        recipe.load_checkpoint(folder / "evil.pt", restored, torch.optim.SGD(restored.parameters(), lr=LR),
-                               restored_scaler, CPU)
+        recipe.load_checkpoint(folder / "evil.pt", restored, torch.optim.SGD(restored.parameters(), lr=LR), fp16, CPU)
     except pickle.UnpicklingError:
         pass  # refused, as it should be
     except KeyError:
         pass  # unpickled (the marker tells), then failed on the missing optimizer state
     if marker.exists():
         problems.append("loading a checkpoint ran code from the file (weights_only=True missing)")
+    problems += loop_problems(recipe, inputs, labels)
 
     for how, dtype in (("16-bit weights", torch.bfloat16), ("autocast", torch.bfloat16), ("float32", torch.float32)):
         recorder = Recorder()
@@ -348,26 +350,100 @@ def take_home_problems(recipe) -> list[str]:
     return problems
 
 
+def changed_precision_problems(recipe, folder: Path) -> list[str]:
+    """A checkpoint saved under bf16 (scaler off) and resumed under fp16 + GradScaler: refused; allowed, it warns
+    and returns an enabled scaler (its stored, disabled state loaded first: load_state_dict({}) would raise)."""
+    problems = []
+    bf16 = recipe.Advice(torch.bfloat16, "autocast", "test")
+    fp16 = recipe.Advice(torch.float16, "autocast + GradScaler", "test")
+    model = Recorder()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    recipe.save_checkpoint(folder / "bf16.pt", model, optimizer, recipe.make_scaler(bf16.how, CPU), bf16)
+    try:
+        recipe.load_checkpoint(folder / "bf16.pt", Recorder(), optimizer, fp16, CPU)
+        problems.append("a checkpoint trained in bf16 was resumed under fp16 without a word")
+    except ValueError as error:
+        if "autocast (torch.bfloat16)" not in str(error) or "--allow-precision-change" not in str(error):
+            problems.append(f"the refusal does not say what changed and how to go on: {error}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scaler = recipe.load_checkpoint(folder / "bf16.pt", Recorder(), optimizer, fp16, CPU, allow_change=True)
+    if not scaler.is_enabled() or scaler.get_scale() != 2.0**16:
+        problems.append("resumed under fp16, the scaler is not a fresh enabled one")
+    if not [w for w in caught if "--allow-precision-change" in str(w.message)]:
+        problems.append("an allowed precision change did not warn")
+    return problems
+
+
+def loop_problems(recipe, inputs, labels) -> list[str]:
+    """The loop's named clipping norm, its loss read every LOG_EVERY steps, the scheduler after real steps only,
+    and no autocast context at all when autocast is off (torch 2.4 raises on autocast("mps", enabled=False))."""
+    problems = []
+    float32 = recipe.Advice(torch.float32, "float32", "test")
+    model, _, _ = small_problem()
+    with torch.no_grad():
+        model.weight.mul_(20)  # large gradients: clipping would change the step
+    for max_norm in (None, 0.5):  # 0.5: not the default, so the parameter must reach the clip
+        want = reference_step(model, inputs, labels, max_norm=max_norm or float("inf"))
+        trained = copy.deepcopy(model)
+        before = torch.cat([p.detach().flatten().clone() for p in trained.parameters()])
+        recipe.train_one_epoch(trained, [(inputs, labels)], torch.optim.SGD(trained.parameters(), lr=LR),
+                               torch.amp.GradScaler("cpu", enabled=False), float32, CPU, max_grad_norm=max_norm)
+        got = torch.cat([p.detach().flatten() for p in trained.parameters()]) - before
+        if not relative_error(got, want) <= 8 * EPS32 * inputs.shape[0]:
+            problems.append(f"max_grad_norm={max_norm} is not the norm the step was clipped to")
+    reads = []
+    item = torch.Tensor.item
+    torch.Tensor.item = lambda self: reads.append(1) or item(self)
+    try:
+        losses = recipe.train_one_epoch(Recorder(), [(inputs, labels)] * 8, torch.optim.SGD(Recorder().parameters()),
+                                        torch.amp.GradScaler("cpu", enabled=False), float32, CPU, log_every=4)
+    finally:
+        torch.Tensor.item = item
+    if len(reads) != 2 or len(losses) != 2:
+        problems.append(f"8 steps read the loss {len(reads)} times, logged {len(losses)}: not every 4 steps")
+    bad = inputs.clone()
+    bad[0, 0] = float("inf")
+    recorder = Recorder()
+    optimizer = torch.optim.SGD(recorder.parameters(), lr=LR)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    fp16 = recipe.Advice(torch.float16, "autocast + GradScaler", "test")
+    recipe.train_one_epoch(recorder, [(bad, labels), (inputs, labels)], optimizer, torch.amp.GradScaler("cpu"), fp16,
+                           CPU, scheduler=scheduler)
+    if scheduler.last_epoch != 1:
+        problems.append(f"one skipped and one real step stepped the scheduler {scheduler.last_epoch} times")
+    if not isinstance(recipe.autocast(float32, torch.device("mps")), contextlib.nullcontext):
+        problems.append("with autocast off the recipe still opens an autocast context (raises on torch 2.4 MPS)")
+    return problems
+
+
 def test_the_take_home_recipe_trains_checkpoints_and_predicts_as_the_course_teaches():
     assert take_home_problems(load_take_home()) == []
 
 
+UNSCALE = "        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n"
+CLIP = ("        if max_grad_norm is not None:\n"
+        "            nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_grad_norm)\n")
 TAKE_HOME_MUTANTS = {
-    "unscale_ after clipping": (
-        "        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n"
-        "        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n",
-        "        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n"
-        "        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n"),
-    "unscale_ dropped": ("        scaler.unscale_(optimizer)  # the true gradients, before clipping looks at them\n",
-                         ""),
+    "unscale_ after clipping": (UNSCALE + CLIP, CLIP + UNSCALE),
+    "unscale_ dropped": (UNSCALE, ""),
     "optimizer.step() instead of scaler.step()": ("scaler.step(optimizer)", "optimizer.step()"),
-    "scaler.update() dropped": ("        scaler.update()\n", ""),
+    "scaler.update() dropped": ("        scaler.update()  # halves", "        pass  # halves"),
     "zero_grad dropped": ("        optimizer.zero_grad(set_to_none=True)\n", ""),
-    "autocast never enabled": ('use_autocast = advice.how.startswith("autocast")', "use_autocast = False"),
+    "autocast never enabled": ('    if advice.how.startswith("autocast"):\n', "    if False:\n"),
+    "autocast(enabled=False) instead of no context": ("    return contextlib.nullcontext()\n",
+                                                      "    return torch.amp.autocast(device.type, enabled=False)\n"),
     "model.train() dropped": ("    model.train()\n", ""),
     "scaler state not restored": ('    scaler.load_state_dict(checkpoint["scaler"])\n', ""),
-    "scaler not saved": ('"scaler": scaler.state_dict()', '"scaler": {}'),
+    "scaler not saved": ('"scaler": scaler.state_dict(),', '"scaler": {},'),
+    "scaler built from the new rule, not the stored choice": ('scaler = make_scaler(stored["how"], device)',
+                                                              "scaler = make_scaler(training.how, device)"),
+    "a changed precision resumed silently": ("    if stored == precision_record(training):\n", "    if True:\n"),
     "checkpoint loaded with weights_only=False": ("weights_only=True", "weights_only=False"),
+    "clipping ignores its parameter": ("max_norm=max_grad_norm)", "max_norm=1.0)"),
+    "loss read every step": ("running += loss.detach()", "running += loss.item()"),
+    "scheduler stepped on skipped steps": ("if scheduler is not None and scaler.get_scale() >= scale:",
+                                           "if scheduler is not None:"),
     "served without model.eval()": ("    model.eval()\n    if advice.how", "    if advice.how"),
     "16-bit weights not cast": ("return copy.deepcopy(model).to(advice.dtype)", "return copy.deepcopy(model)"),
     "predict keeps 16-bit logits": ("return model(inputs).float()", "return model(inputs)"),

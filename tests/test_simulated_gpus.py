@@ -136,14 +136,27 @@ def test_no_cuda_device(monkeypatch):
     assert helpers.pick_device().type in ("cpu", "mps")
 
 
+@pytest.mark.parametrize("gcn, amp", [("gfx942:sramecc+:xnack-", torch.bfloat16),
+                                      ("gfx90a:sramecc+:xnack-", torch.bfloat16),
+                                      ("gfx1100", torch.float16), ("", torch.float16)])
+def test_rocm_is_decided_by_its_gfx_name(fake_cuda, monkeypatch, gcn, amp):
+    """On AMD GPUs (ROCm builds, also torch.cuda) the compute capability is not NVIDIA's: the rule reads
+    gcnArchName (gfx90a and gfx942 have bf16 matrix cores); others get CUDA autocast's default, fp16."""
+    fake_cuda(Gpu("AMD Instinct MI300X", (9, 4), None))
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    properties = type("Properties", (), {"gcnArchName": gcn})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+    assert helpers.autocast_dtype("cuda") == amp
+    advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
+    assert advice["training"].how == ("autocast" if amp == torch.bfloat16 else "measure")
+
+
 @pytest.mark.parametrize("rocm_bf16", [True, False])
-def test_rocm_asks_pytorch_for_bf16(fake_cuda, monkeypatch, rocm_bf16):
-    """On AMD GPUs (ROCm builds, also torch.cuda) the compute capability is not NVIDIA's: PyTorch's answer counts."""
+def test_cuda_native_bf16_asks_pytorch_on_rocm(fake_cuda, monkeypatch, rocm_bf16):
     fake_cuda(Gpu("AMD Instinct MI300X", (9, 4), None))
     monkeypatch.setattr(torch.version, "hip", "6.2")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: rocm_bf16)
     assert helpers.cuda_native_bf16() is rocm_bf16
-    assert helpers.autocast_dtype("cuda") == (torch.bfloat16 if rocm_bf16 else torch.float16)
 
 
 # ------------------------------------------------------------------------------------ verdicts
