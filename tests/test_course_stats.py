@@ -174,3 +174,11 @@ def test_prose_stays_in_short_cells_and_the_readme_short():
     assert sum(words > 150 and not table for found in cells.values() for words, table in found) <= 20
     assert sum(words for name, found in cells.items() if name[:2] < "09" for words, _ in found) <= 27_000
     assert len(re.findall(r"[A-Za-z0-9][\w'’-]*", README.read_text())) <= 2_000
+
+
+def test_the_self_study_total_is_the_sum_of_the_course_maps_figures():
+    """The README's self-study line and its course map agree (issue 40: 927 + 120 against the table's 930 + 125)."""
+    rows = re.findall(r"^\| \d\d \|.*\| (\d+) \+ (\d+) min \|$", README.read_text(), re.M)
+    assert len(rows) == len(NOTEBOOKS)
+    core, appendix = (sum(int(row[i]) for row in rows) for i in (0, 1))
+    assert f"core paths {core} min, appendices {appendix} min" in cs.self_study_markdown()

@@ -1,4 +1,5 @@
 """Notebook 08's scaffolding (helpers.nb08), its checkpoint command and its exercise solutions."""
+import copy
 import json
 import math
 
@@ -212,3 +213,66 @@ def test_the_chat_conclusion_follows_the_verdicts():
     assert slower[0].startswith("float32") and slower[1].startswith("finding: disagrees")
     only_fp16 = lab.chat_finding({torch.bfloat16: "slower", torch.float16: "faster"}, bf16)
     assert only_fp16[1].startswith("finding: disagrees")
+
+
+def _audit_cells():
+    """Section 7's audit, its model built to overflow and its float32 island, as the notebook types them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from tests.support import definitions
+    namespace = {"torch": torch, "TorchDispatchMode": TorchDispatchMode, "tree_leaves": tree_leaves}
+    return definitions("08", "OpMaxima", "fp16_audit", "RMSNorm", "SensorNet", "Float32", namespace=namespace)
+
+
+def test_the_audit_names_the_module_whose_inner_op_overflows_float16():
+    cells = _audit_cells()
+    torch.manual_seed(0)
+    net = cells["SensorNet"]().eval()
+    readings = 1000 * torch.rand(64, 16, generator=torch.Generator().manual_seed(1))
+    keep, maxima = cells["fp16_audit"](net, readings)
+    assert list(keep) == ["norm"] and any(why.startswith("pow ") for why in keep["norm"])
+    assert maxima[("norm", "pow")] > torch.finfo(torch.float16).max > maxima[("embed", "addmm")]
+    quiet = readings / 100  # activations far below 256: nothing to keep
+    assert cells["fp16_audit"](net, quiet)[0] == {}
+
+
+def test_the_audit_flags_weights_too_large_or_too_small_for_float16():
+    cells = _audit_cells()
+    net = cells["SensorNet"]().eval()
+    quiet = torch.rand(8, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        net.head.weight[0, 0] = 1e-9  # nonzero, below 2**-24: float16 stores 0
+        net.embed.bias[0] = 2e4  # above 65504 / 8
+    keep, _ = cells["fp16_audit"](net, quiet)
+    assert any("1 nonzero weights of head.weight" in why for why in keep["head"])
+    assert any(why.startswith("embed.bias reaches") for why in keep["embed"])
+    with torch.no_grad():
+        net.embed.bias[0] = 0.0
+    assert set(cells["fp16_audit"](net, quiet, margin=1.0)[0]) == {"head"}
+
+
+def test_the_audit_maps_each_op_to_the_innermost_module_and_removes_its_hooks():
+    cells = _audit_cells()
+    net = cells["SensorNet"]().eval()
+    ones = torch.ones(2, 16)
+    with torch.no_grad(), cells["OpMaxima"](net) as recorder:
+        net(ones)
+    modules = {module for module, _ in recorder.maxima}
+    assert {"embed", "norm", "head"} <= modules and "(outside)" not in modules
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in net.modules())
+
+
+def test_a_float32_island_keeps_the_float16_model_right():
+    cells = _audit_cells()
+    torch.manual_seed(0)
+    net = cells["SensorNet"]().eval()
+    readings = 1000 * torch.rand(32, 16, generator=torch.Generator().manual_seed(3))
+    half = copy.deepcopy(net).half()
+    with torch.no_grad():
+        expected = net(readings)
+        broken = half(readings.half()).float()
+        half.norm = cells["Float32"](half.norm)
+        fixed = half(readings.half()).float()
+    assert (broken - expected).abs().max() > 0.5
+    torch.testing.assert_close(fixed, expected, rtol=0, atol=1e-2)  # float16's rounding of the head's inputs

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 
-def test_the_route_is_planned_within_160_of_180_minutes_and_ends_on_the_take_home_recipe():
+def test_the_route_is_planned_within_150_of_180_minutes_and_ends_on_the_take_home_recipe():
     stops = workshop.stops()
-    assert workshop.total_minutes(stops) <= workshop.PLANNED_MINUTES <= workshop.WORKSHOP_MINUTES - 20
+    assert workshop.total_minutes(stops) <= workshop.PLANNED_MINUTES <= workshop.WORKSHOP_MINUTES - 30
     assert stops[-1].notebook.startswith(workshop.RECIPE_NOTEBOOK) and stops[-1].script == workshop.TAKE_HOME_SCRIPT
     assert {"00", "03", "04"} <= {s.notebook[:2] for s in stops}  # formats, autocast training, GradScaler
 
@@ -28,6 +28,17 @@ def test_the_class_time_terms_are_the_least_squares_fit_of_the_instructors_estim
     model = [reading + workshop.SWITCH_MINUTES + workshop.OUTPUT_MINUTES * outputs
              for _, reading, outputs, _ in workshop.CALIBRATION]
     assert sum(model) == pytest.approx(sum(e for *_, e in workshop.CALIBRATION), abs=0.5)  # 173 min of stops
+
+
+def test_an_instructors_estimate_of_the_route_is_within_165_minutes():
+    """Issue 40's estimate (174, 160-200, of the route at b6e4cfe that the model planned at 158) moved by the
+    model's change of the plan since: at most 165."""
+    estimate, low, high = workshop.estimate_minutes()
+    planned = workshop.total_minutes(workshop.stops())
+    assert estimate == pytest.approx(174 + planned - workshop.INSTRUCTOR_ESTIMATE["planned"])
+    assert low < estimate < high and estimate <= workshop.ESTIMATE_LIMIT == 165
+    old_route = tuple(workshop.RouteStop(s.notebook, s.parts, s.focus, s.script) for s in workshop.ROUTE)
+    assert workshop.total_minutes(workshop.stops(old_route)) > planned + 5  # the skipped tangent was priced
 
 
 def test_the_fit_is_least_squares():
@@ -51,7 +62,7 @@ def test_the_clock_runs_through_onboarding_stops_breaks_and_wrap_up():
     assert rows[0] == (rows[0][0], 0.0, workshop.ONBOARDING_MINUTES)
     assert rows[-1][2] - rows[-1][1] == workshop.WRAP_UP_MINUTES
     assert all(a[2] == b[1] for a, b in zip(rows, rows[1:]))  # no gaps
-    assert [r[2] - r[1] for r in rows if r[0] == "break"] == [10, 10]
+    assert [r[2] - r[1] for r in rows if r[0] == "break"] == list(workshop.BREAKS.values()) == [15]
     assert [r[0] for r in rows if r[0].startswith("stop")] == [f"stop {n}" for n in range(1, len(stops) + 1)]
     assert workshop.total_minutes(stops) == rows[-1][2]
     assert workshop.clock(75.4) == "1:15" and workshop.clock(0) == "0:00"
@@ -89,6 +100,35 @@ def _notebook(path: Path, sources: list[tuple[str, str]]) -> None:
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
 
 
+def test_a_skipped_sub_section_runs_to_its_parts_end_and_keeps_the_recap(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_stats, "NOTEBOOK_DIR", tmp_path)
+    _notebook(tmp_path / "42_made_up.ipynb", [
+        ("markdown", "# 42 · made up"), ("code", "x = 1"),
+        ("markdown", "## 1. One"), ("code", "y = x"), ("markdown", "A tangent: leftovers."), ("code", "t = 0"),
+        ("markdown", workshop.RECAP_MARK + " One."),
+        ("markdown", "## 2. Two"), ("code", "z = y"), ("markdown", "[next](43.ipynb)")])
+    skips = (("1", "A tangent", "leftovers"),)
+    assert workshop.stop_indices("42", ("1", "2"), skips=skips) == [0, 1, 2, 3, 6, 7, 8]
+    route = (workshop.RouteStop("42", ("1", "2"), "both", skips=skips),)
+    stop = workshop.stops(route)[0]
+    assert stop.outputs == 3 and stop.reading == pytest.approx(workshop.cells_minutes(
+        workshop.stop_cells("42", ("1", "2"), skips=skips)))
+    assert "1 without leftovers" in workshop.route_markdown(route)
+    assert workshop.skip_lines(route)[0].startswith("- 42 §1, leftovers (from \"A tangent\"")
+    with pytest.raises(ValueError, match="0 cells start with"):
+        workshop.stop_indices("42", ("1",), skips=(("1", "No such cell", "x"),))
+
+
+def test_the_route_skips_04s_leftover_micro_batch_tangent_and_keeps_01_2_and_04_4():
+    route = {s.notebook: s for s in workshop.ROUTE}
+    assert "2" in route["01"].parts and "4" in route["04"].parts
+    cells = workshop.stop_cells("04", route["04"].parts, skips=route["04"].skips)
+    text = "\n".join(course_stats._source(c) for c in cells)
+    assert "def accumulate(" not in text and "accumulation_steps" in text  # the loop stays, the tangent goes
+    assert set(workshop.KEPT) == {("01", "2"), ("04", "4")}
+    assert not set(workshop.KEPT) & {(prefix, part) for prefix, part, _ in workshop.CUTS}
+
+
 def test_a_stop_ends_on_its_recap_and_a_cut_keeps_the_recap(tmp_path, monkeypatch):
     monkeypatch.setattr(course_stats, "NOTEBOOK_DIR", tmp_path)
     _notebook(tmp_path / "42_made_up.ipynb", [
@@ -105,7 +145,8 @@ def test_a_stop_ends_on_its_recap_and_a_cut_keeps_the_recap(tmp_path, monkeypatc
 def test_each_stop_ends_on_its_recap_cell():
     """Each stop's last section ends on a markdown cell starting "**Recap of this stop.**" (the notebooks'
     owners add them; until every one has, this test fails and ``--run`` prints a NOTE per stop)."""
-    missing = [f"{s.notebook} §{s.parts[-1]}" for s in workshop.ROUTE if not workshop.has_recap(s.notebook, s.parts)]
+    missing = [f"{s.notebook} §{s.parts[-1]}" for s in workshop.ROUTE
+               if not workshop.has_recap(s.notebook, s.parts, s.skips)]
     assert not missing, f"no recap cell ends: {missing}"
 
 
@@ -128,6 +169,22 @@ def test_the_script_is_read_without_its_verbatim_copy_and_docstring(tmp_path, mo
 def test_no_route_section_names_a_term_that_only_a_skipped_section_defines():
     """Fresh-kernel runs check a stop's code; this checks its prose against data/route_terms.json."""
     assert workshop.prose_leaks() == []
+
+
+def test_route_outputs_are_checked_too_with_the_rules_reasons_on_every_machine_class(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_stats, "NOTEBOOK_DIR", tmp_path)
+    _notebook(tmp_path / "42_made_up.ipynb", [
+        ("markdown", "# 42 · made up"), ("markdown", "## 1. One"), ("code", "print('the widget')"),
+        ("code", "helpers.choose_precision(d)"), ("markdown", "## 2. Two"), ("markdown", "The *widget*."),
+        ("markdown", "[next](43.ipynb)")])
+    terms = tmp_path / "terms.json"
+    terms.write_text(json.dumps({"42": {"2": ["widget"]}, "43": {"2": ["gizmo-bound"]}}))
+    assert len(workshop.rule_reasons()) > len(workshop.MACHINE_CLASSES) / 2  # one per class and workload, deduplicated
+    monkeypatch.setattr(workshop, "rule_reasons", lambda: ["CPU (no flags): slower where gizmo-bound"])
+    route = (workshop.RouteStop("42", ("1",), "one"),)
+    texts = [text for _, text in workshop.route_texts(route[0])]
+    assert texts == ["## 1. One", "x", "x", "CPU (no flags): slower where gizmo-bound"]  # made-up outputs: "x"
+    assert workshop.prose_leaks(route, terms) == ["42 §1 names 'gizmo-bound' (defined in 43 §2, not on the route)"]
 
 
 def test_every_listed_term_occurs_in_the_section_that_defines_it():
@@ -183,15 +240,15 @@ ROUTE_RUNS = os.environ.get("AMP_COURSE_ROUTE") == "1"
 @pytest.mark.skipif(not ROUTE_RUNS, reason="runs every stop in a fresh kernel (2 minutes): AMP_COURSE_ROUTE=1")
 @pytest.mark.parametrize("stop", workshop.ROUTE, ids=[s.notebook for s in workshop.ROUTE])
 def test_each_stop_runs_as_listed_from_a_fresh_kernel(stop):
-    assert workshop.run_stop(stop.notebook, stop.parts) == []
+    assert workshop.run_stop(stop.notebook, stop.parts, skips=stop.skips) == []
 
 
 @pytest.mark.skipif(not ROUTE_RUNS, reason="runs each cut stop in a fresh kernel: AMP_COURSE_ROUTE=1")
 @pytest.mark.parametrize("prefix, part", [(p, part) for p, part, _ in workshop.CUTS],
                          ids=[f"{p}-{part}" for p, part, _ in workshop.CUTS])
 def test_each_stop_runs_without_its_cut_section(prefix, part):
-    parts = next(s.parts for s in workshop.ROUTE if s.notebook == prefix)
-    assert workshop.run_stop(prefix, parts, cut=part) == []
+    stop = next(s for s in workshop.ROUTE if s.notebook == prefix)
+    assert workshop.run_stop(prefix, stop.parts, cut=part, skips=stop.skips) == []
 
 
 class _Report:
@@ -212,3 +269,25 @@ def test_the_preflight_report_names_the_failing_notebook_section_and_what_it_mea
     cells = json.loads((ROOT / "notebooks" / "04_grad_scaler.ipynb").read_text())["cells"]
     index = [i for i, c in enumerate(cells) if c["cell_type"] == "code"][3]
     assert f"Cell 3 (notebook cell {index}), in ## " in text
+
+
+def test_the_smoke_check_wants_python_3_10_and_names_py_for_windows():
+    from tools import smoke
+
+    assert smoke.python_problem((3, 10)) is None and smoke.python_problem((3, 12)) is None
+    problem = smoke.python_problem((3, 9))
+    assert "3.10 or newer" in problem and "py --version" in problem
+    assert "pip install -r requirements.txt" in smoke.hint("ModuleNotFoundError: No module named 'helpers'")
+
+
+def test_the_smoke_check_runs_in_a_fresh_kernel_started_in_notebooks(monkeypatch):
+    """The kernel starts in notebooks/ (where `import helpers` needs the install, not the current directory) and
+    reports a failing cell as an error, not as a pass."""
+    from tools import smoke
+
+    assert smoke.NOTEBOOK_DIR == ROOT / "notebooks" and "import helpers" in smoke.CELLS[0]
+    probe = "import os, sys\nprint('cwd', os.path.basename(os.getcwd()))"
+    monkeypatch.setattr(smoke, "CELLS", (smoke.CELLS[0], probe, "import no_such_module_for_the_smoke_check"))
+    lines, error = smoke.run_in_kernel()
+    assert lines[0].startswith("helpers imported in the kernel") and "cwd notebooks" in lines
+    assert error.startswith("ModuleNotFoundError") and "no_such_module_for_the_smoke_check" in error

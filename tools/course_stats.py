@@ -131,9 +131,11 @@ def notebook_path(prefix: str) -> Path:
 
 
 def self_study_markdown() -> str:
-    """The README's self-study route: every notebook in order, with the summed core and appendix minutes."""
+    """The README's self-study route: every notebook in order, with the summed core and appendix minutes (the
+    course map's rounded figures, summed)."""
     stats = [notebook_stats(p) for p in sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))]
-    core, appendix = (round(sum(getattr(s, part).minutes for s in stats)) for part in ("core", "appendix"))
+    # the sums of the course map's rounded figures, so that the two agree
+    core, appendix = (sum(rounded_minutes(getattr(s, part).minutes) for s in stats) for part in ("core", "appendix"))
     return (f"**Self-study route:** all {len(stats)} notebooks in order, core path then exercises, appendices "
             f"when curious: about {round((core + appendix) / 60)} hours in all (core paths {core} min, "
             f"appendices {appendix} min), best spread over several sittings.")
