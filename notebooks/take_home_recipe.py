@@ -248,17 +248,6 @@ LOG_EVERY = 4  # read the loss every this many steps: each .item() waits for the
 SCALED = "autocast + GradScaler"
 
 
-def pick_device(choice: str | None = None) -> torch.device:
-    """``--device``, else AMP_COURSE_DEVICE, else the first of CUDA, MPS and the CPU found here."""
-    found = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(),
-             "cpu": True}
-    available = [kind for kind in found if found[kind]]
-    choice = choice or os.environ.get("AMP_COURSE_DEVICE") or available[0]
-    if choice not in available:
-        raise ValueError(f"no {choice!r} device here: use one of {', '.join(available)}")
-    return torch.device(choice)
-
-
 def make_data(n: int = 512, features: int = 16, classes: int = 4, seed: int = 0) -> TensorDataset:
     """Replace with your data. Toy task: which of the first ``classes`` features is largest."""
     generator = torch.Generator().manual_seed(seed)
@@ -288,12 +277,10 @@ def make_scaler(how: str, device: torch.device) -> torch.amp.GradScaler:
 def train_one_epoch(model, loader, optimizer, scaler, advice: Advice, device, scheduler=None,
                     max_grad_norm: float | None = MAX_GRAD_NORM, log_every: int = LOG_EVERY):
     """The recipe: autocast around forward and loss only; the scaler around backward and step.
-    Returns the mean loss of every ``log_every`` steps (and of the steps left at the end)."""
+    Returns the loss of every ``log_every``-th step (the first, then every ``log_every``)."""
     model.train()
     losses = []
-    running = torch.zeros((), device=device)
-    steps = 0
-    for inputs, labels in loader:
+    for step, (inputs, labels) in enumerate(loader):
         inputs, labels = inputs.to(device), labels.to(device)
         optimizer.zero_grad(set_to_none=True)
         with autocast(advice, device):
@@ -307,13 +294,8 @@ def train_one_epoch(model, loader, optimizer, scaler, advice: Advice, device, sc
         scaler.update()  # halves the scale after a skipped step
         if scheduler is not None and scaler.get_scale() >= scale:  # only after a real step (04)
             scheduler.step()
-        running += loss.detach()  # on the device: no wait
-        steps += 1
-        if steps % log_every == 0:
-            losses.append(running.item() / log_every)  # the one wait for the device
-            running.zero_()
-    if steps % log_every:
-        losses.append(running.item() / (steps % log_every))
+        if step % log_every == 0:
+            losses.append(loss.item())  # .item() waits for the device: only every log_every steps
     return losses
 
 
@@ -371,6 +353,18 @@ def predict(model: nn.Module, inputs: torch.Tensor, advice: Advice,
         inputs = inputs.to(advice.dtype)
     with torch.inference_mode(), autocast(advice, device):
         return model(inputs).float()
+
+
+# >>> read at home: the command line and the demonstration run (class time reads the recipe above)
+def pick_device(choice: str | None = None) -> torch.device:
+    """``--device``, else AMP_COURSE_DEVICE, else the first of CUDA, MPS and the CPU found here."""
+    found = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(),
+             "cpu": True}
+    available = [kind for kind in found if found[kind]]
+    choice = choice or os.environ.get("AMP_COURSE_DEVICE") or available[0]
+    if choice not in available:
+        raise ValueError(f"no {choice!r} device here: use one of {', '.join(available)}")
+    return torch.device(choice)
 
 
 def read_description(text: str | None, device: torch.device) -> dict:
@@ -449,7 +443,7 @@ def run(args: argparse.Namespace, device: torch.device, advice: dict[str, Advice
         print(f"Resumed from {checkpoint.name} at learning rate {scheduler.get_last_lr()[0]:.4f}")
     losses = train_one_epoch(model, loader, optimizer, scaler, training, device, scheduler)
     print(f"Trained {len(loader)} steps ({training.how}): loss {losses[0]:.2f} -> {losses[-1]:.2f}"
-          f" (mean of each {LOG_EVERY} steps)")
+          f" (read every {LOG_EVERY} steps)")
 
     restored = make_model().to(device)
     restored_optimizer = torch.optim.AdamW(restored.parameters(), fused=False)
@@ -465,6 +459,7 @@ def run(args: argparse.Namespace, device: torch.device, advice: dict[str, Advice
     accuracy = (logits.argmax(dim=1).cpu() == test_labels).float().mean().item()
     print(f"Inference ({inference.how}): {logits.dtype} logits, held-out accuracy {accuracy:.2f}")
     return dict(advice=advice, model=restored, scaler=restored_scaler, losses=losses, logits=logits)
+# <<< end of read at home
 
 
 if __name__ == "__main__":

@@ -441,7 +441,7 @@ TAKE_HOME_MUTANTS = {
     "a changed precision resumed silently": ("    if stored == precision_record(training):\n", "    if True:\n"),
     "checkpoint loaded with weights_only=False": ("weights_only=True", "weights_only=False"),
     "clipping ignores its parameter": ("max_norm=max_grad_norm)", "max_norm=1.0)"),
-    "loss read every step": ("running += loss.detach()", "running += loss.item()"),
+    "loss read every step": ("        if step % log_every == 0:\n", "        if True:\n"),
     "scheduler stepped on skipped steps": ("if scheduler is not None and scaler.get_scale() >= scale:",
                                            "if scheduler is not None:"),
     "served without model.eval()": ("    model.eval()\n    if advice.how", "    if advice.how"),

@@ -65,6 +65,8 @@ RECIPE_NOTEBOOK = "07"  # the route ends on its take-home recipe
 TAKE_HOME_SCRIPT = "notebooks/take_home_recipe.py"
 COPY_START = "# >>> copy of helpers.precision"  # the script's copy of the decision function (read at home: 07 §1)
 COPY_END = "# <<< end of copy"
+HOME_START = "# >>> read at home"  # the script's command line and demo run (the class runs them)
+HOME_END = "# <<< end of read at home"
 
 # The instructor's per-stop estimates of the previous route (issue 35), with the reading minutes and output cells
 # of the cells each stop ran (intro, sections, Summary) in the notebooks they read (commit 1afd0eb).
@@ -148,16 +150,17 @@ def fit_lines(calibration=CALIBRATION) -> list[str]:
 
 def script_lines(path: str) -> int:
     """Non-blank lines of a stop's script that the class reads: all but the verbatim copy of the decision
-    function (its lines are read at home, with 07 §1) and the module docstring (counted as words instead)."""
+    function (its lines are read at home, with 07 §1), the part marked read at home (the command line and the
+    demonstration run, which the class runs rather than reads) and the module docstring (counted as words)."""
     text = (ROOT / path).read_text()
     inside = False
     count = 0
     for line in text.splitlines():
-        if line.startswith(COPY_START):
+        if line.startswith((COPY_START, HOME_START)):
             inside = True
         if not inside and line.strip():
             count += 1
-        if line.startswith(COPY_END):
+        if line.startswith((COPY_END, HOME_END)):
             inside = False
     docstring = ast.get_docstring(ast.parse(text), clean=False) or ""
     return count - sum(1 for line in docstring.splitlines() if line.strip())
