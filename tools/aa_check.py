@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         now = datetime.datetime.now(datetime.timezone.utc)
         record = {"schema": 1, "created": now.isoformat(timespec="seconds"), "real": True,
                   "command": "python -m tools.aa_check " + " ".join(sys.argv[1:] if argv is None else argv),
-                  "machine": helpers.machine_stamp("cpu"), "torch": torch.__version__, **result}
+                  "machine": helpers.machine_stamp("cpu").removeprefix("Outputs made on: "),
+                  "torch": torch.__version__, **result}
         RECORD_DIR.mkdir(parents=True, exist_ok=True)
         path = RECORD_DIR / f"aa_check_{now:%Y-%m-%dT%H%M}.json"
         path.write_text(json.dumps(record, indent=1) + "\n")
