@@ -83,27 +83,13 @@ def plot_peak_ratios(peaks: dict[str, GpuPeak], low: str = "bf16", ax=None):
     return ax
 
 
-def agreement(result, dtype: torch.dtype, advice, batch: int, autocast: bool = False) -> str:
-    """Whether a measured comparison (``helpers.timing.Comparison``) of a candidate computing in ``dtype`` agrees
-    with the rule's ``advice`` for that workload; a disagreement is a finding with its likely reason."""
-    if advice.dtype is None:
-        return "the rule says measure: this is the measurement"
-    picked = f"{advice.how}, {str(advice.dtype).removeprefix('torch.')}"
-    if autocast and advice.how == "16-bit weights":
-        return f"not the rule's pick ({picked}): autocast casts every weight again on every call (section 6)"
-    expects_faster = advice.dtype == dtype
-    expected = "faster" if expects_faster else "not faster"
-    if result.verdict == "no clear difference" and expects_faster:
-        return f"unclear: the rule ({picked}) expects faster; this measurement neither confirms nor contradicts it"
-    measured_faster = result.verdict == "faster"
-    if measured_faster == expects_faster:
-        return f"agrees with the rule ({picked}): expected {expected}"
-    if measured_faster:
-        reason = "memory-bound layers: half the bytes, no 16-bit arithmetic needed"
-    elif autocast:
-        reason = "autocast casts every weight again on every call (section 6)"
-    elif batch == 1:
-        reason = "one image leaves the layers small: overhead weighs as much as arithmetic"
-    else:
-        reason = "these layers' 16-bit kernels do not use the 16-bit units at this size"
-    return f"DISAGREES with the rule ({picked}), expected {expected}: likely {reason}"
+def rule_expects(advice, dtype: torch.dtype, autocast: bool = False) -> str | None:
+    """What the rule's ``advice`` expects of a candidate computing in ``dtype``, timed against float32, in the
+    words of :func:`helpers.timing.against_rule`: "faster" for the dtype it picks, "no gain" for another one.
+    None where it predicts nothing: it says measure, or the candidate is autocast, which it ranks only against
+    16-bit weights (section 6), not against float32."""
+    if advice.dtype is None or autocast:
+        return None
+    if advice.dtype == dtype:
+        return "faster"
+    return "no gain"

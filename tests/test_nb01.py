@@ -107,39 +107,13 @@ def _advice(dtype, how):
     return namedtuple("Advice", "dtype how reason")(dtype, how, "a reason")
 
 
-def _result(verdict):
-    from helpers.timing import Comparison
-
-    ratio = {"faster": 1.5, "slower": 0.5, "no clear difference": 1.0}[verdict]
-    return Comparison(ratio, ratio * 0.9, ratio * 1.1, verdict, 0.1, 0.1 / ratio, 2)
-
-
-def test_agreement_with_a_rule_that_picks_bfloat16():
+def test_rule_expects_faster_for_its_pick_no_gain_for_another_dtype_and_nothing_else():
     advice = _advice(torch.bfloat16, "16-bit weights")
-    assert nb01.agreement(_result("faster"), torch.bfloat16, advice, 32).startswith("agrees")
-    assert nb01.agreement(_result("slower"), torch.float16, advice, 32).startswith("agrees")
-    assert nb01.agreement(_result("no clear difference"), torch.float16, advice, 1).startswith("agrees")
-    unclear = nb01.agreement(_result("no clear difference"), torch.bfloat16, advice, 32)
-    assert unclear.startswith("unclear") and "neither confirms nor contradicts" in unclear  # never a flip
-    batched = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32)
-    assert batched.startswith("DISAGREES") and "expected faster" in batched and "16-bit units" in batched
-    at_batch_1 = nb01.agreement(_result("slower"), torch.bfloat16, advice, 1)
-    assert at_batch_1.startswith("DISAGREES") and "overhead" in at_batch_1
-    emulated_but_faster = nb01.agreement(_result("faster"), torch.float16, advice, 1)
-    assert emulated_but_faster.startswith("DISAGREES") and "half the bytes" in emulated_but_faster
-    autocast = nb01.agreement(_result("slower"), torch.bfloat16, advice, 32, autocast=True)
-    assert autocast.startswith("not the rule's pick") and "casts every weight" in autocast
-    autocast_rule = _advice(torch.float16, "autocast")  # a T4: the rule picks autocast itself
-    autocast = nb01.agreement(_result("slower"), torch.float16, autocast_rule, 32, autocast=True)
-    assert autocast.startswith("DISAGREES") and "casts every weight" in autocast
-
-
-def test_agreement_with_a_float32_rule_and_with_measure():
-    advice = _advice(torch.float32, "float32")
-    assert nb01.agreement(_result("slower"), torch.bfloat16, advice, 32).startswith("agrees")
-    assert nb01.agreement(_result("faster"), torch.bfloat16, advice, 32).startswith("DISAGREES")
-    measure = _advice(None, "measure")
-    assert "this is the measurement" in nb01.agreement(_result("faster"), torch.bfloat16, measure, 32)
+    assert nb01.rule_expects(advice, torch.bfloat16) == "faster"
+    assert nb01.rule_expects(advice, torch.float16) == "no gain"
+    assert nb01.rule_expects(advice, torch.bfloat16, autocast=True) is None
+    assert nb01.rule_expects(_advice(None, "measure"), torch.bfloat16) is None
+    assert nb01.rule_expects(_advice(torch.float32, "float32"), torch.bfloat16) == "no gain"
 
 
 # --- exercise solutions ---------------------------------------------------------------------------------------
