@@ -2,7 +2,7 @@
 (``import helpers``), each notebook's scaffolding in ``helpers.nbNN`` (``from helpers import nbNN as
 lab``). Course tooling (statistics, benchmarks, re-executing notebooks) lives in ``tools/``."""
 
-from . import autocast_rules, bench, debugging, dtype_trace, formats, leaks, measure, peaks, precision, state, timing
+from . import autocast_rules, bench, debugging, dtype_trace, formats, measure, peaks, precision, state, timing
 from .data import CLASSES, make_loader, shapes_dataset
 from .device import (
     autocast_dtype,

@@ -27,8 +27,7 @@ COPIED = ("helpers", "tests", "data", "pyproject.toml")
 TIMEOUT_S = 600
 
 TRAIN_TESTS = ("tests/test_recipe_teeth.py", "tests/test_train_and_measure.py")
-MODEL_TESTS = ("tests/test_recipe_teeth.py", "tests/test_data_and_model.py", "tests/test_leaks.py")
-LEAKS_TESTS = ("tests/test_leaks.py",)
+MODEL_TESTS = ("tests/test_recipe_teeth.py", "tests/test_data_and_model.py")
 
 
 @dataclass(frozen=True)
@@ -98,24 +97,6 @@ MUTANTS = (
            "nn.BatchNorm2d(width)]", MODEL_TESTS),
     Mutant("model: pooling off by one", "helpers/model.py", "if i < len(widths) - 1", "if i < len(widths) - 2",
            MODEL_TESTS),
-    # helpers/leaks.py
-    Mutant("leaks: mixing needs three dtypes", "helpers/leaks.py", "if len(inputs) > 1:", "if len(inputs) > 2:",
-           LEAKS_TESTS),
-    Mutant("leaks: torch.tensor constants not creations", "helpers/leaks.py",
-           "if not inputs or record.name in CONSTANT_OPS:", "if not inputs:", LEAKS_TESTS),
-    Mutant("leaks: off-dtype count inverted", "helpers/leaks.py",
-           "if record.output_dtypes and record.output_dtypes[0] != dtype:",
-           "if record.output_dtypes and record.output_dtypes[0] == dtype:", LEAKS_TESTS),
-    Mutant("leaks: error swallowed", "helpers/leaks.py", "caught[0] if caught else None", "None", LEAKS_TESTS),
-    Mutant("leaks: short format keeps the message", "helpers/leaks.py", "self.error.split(':')[0]", "self.error",
-           LEAKS_TESTS),
-    Mutant("leaks: clean ignores spread", "helpers/leaks.py",
-           "not self.leaks and self.off_dtype_ops == 0 and self.error is None",
-           "not self.leaks and self.error is None", LEAKS_TESTS),
-    Mutant("leaks: casts not reported", "helpers/leaks.py", '        return "casts"\n', "        return None\n",
-           LEAKS_TESTS),
-    Mutant("leaks: op index off by one", "helpers/leaks.py", "leaks.append(Leak(index, record.name",
-           "leaks.append(Leak(index + 1, record.name", LEAKS_TESTS),
 )
 
 
