@@ -2,7 +2,7 @@
 (``import helpers``), each notebook's scaffolding in ``helpers.nbNN`` (``from helpers import nbNN as
 lab``). Course tooling (statistics, benchmarks, re-executing notebooks) lives in ``tools/``."""
 
-from . import autocast_rules, bench, debugging, dtype_trace, formats, leaks, measure, peaks, precision, state, timing
+from . import autocast_rules, bench, debugging, dtype_trace, formats, measure, peaks, precision, state, timing
 from .data import CLASSES, make_loader, shapes_dataset
 from .device import (
     autocast_dtype,
@@ -22,4 +22,4 @@ from .formats import COURSE_DTYPES, bit_fields, format_facts, round_trip, spacin
 from .measure import parameter_bytes, saved_activation_bytes, saved_activation_bytes_by_dtype, time_it
 from .model import ShapesCNN, load_reference_model
 from .precision import Advice, choose_precision, describe_device, native_dtypes
-from .train import EvalResult, TrainLog, amp_step, evaluate, make_scaler, train
+from .training import EvalResult, TrainLog, amp_step, evaluate, make_scaler, train

@@ -241,6 +241,15 @@ def train_rank(args: argparse.Namespace, launch: Launch, backend: str) -> dict:
     return {"world_size": launch.world_size, "ranks": records}
 
 
+def write_records(path: str) -> None:
+    """Every rank's records (``--fsdp``), from inside a job that is already running: notebook 05's
+    ``ddp_fsdp_job.py --records=PATH`` calls this on each rank; rank 0 writes them to ``path``."""
+    launch = launch_from_env()
+    report = train_rank(parse_args(["--fsdp"]), launch, dist.get_backend())
+    if launch.rank == 0:
+        Path(path).write_text(json.dumps(report, indent=1))
+
+
 def summary_lines(report: dict) -> list[str]:
     """Human-readable lines for a report of :func:`train_rank`."""
     lines = [f"rank {r['rank']} (node {r['node']}, {r['device']}, {r['backend']}): DDP + autocast "

@@ -43,21 +43,3 @@ def record_ops(fn: Callable[[], Any]) -> tuple[Any, list[OpRecord]]:
             func.overloadpacket.__name__, _float_dtypes((args, kwargs)), _float_dtypes(out)))):
         result = fn()
     return result, records
-
-
-CAST_OPS = ("to", "_to_copy")  # a cast: "to" under inference_mode on some versions, else "_to_copy"
-
-GRAD_MODES: dict[str, Callable[[], Any]] = {
-    "inference_mode": torch.inference_mode, "no_grad": torch.no_grad,
-    "grad enabled (training)": torch.enable_grad}
-
-
-def casts_per_call(module: torch.nn.Module, inputs: torch.Tensor, dtype: torch.dtype,
-                   grad_mode: str, calls: int = 2) -> list[int]:
-    """Casts autocast makes in each of ``calls`` forwards in ONE context, per grad mode; 03 §7."""
-    counts = []
-    with GRAD_MODES[grad_mode](), torch.amp.autocast(inputs.device.type, dtype=dtype):
-        for _ in range(calls):
-            _, records = record_ops(lambda: module(inputs))
-            counts.append(sum(record.name in CAST_OPS for record in records))
-    return counts

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from .peaks import GpuPeak
-from .train import EvalResult
+from .training import EvalResult
 
 
 def dtype_changes(before: nn.Module, after: nn.Module) -> dict[str, str]:

@@ -5,15 +5,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from .autocast_rules import BOOKKEEPING_OPS
 from .data import make_loader, shapes_dataset
-from .device import needs_grad_scaler, strict_fp32
+from .device import needs_grad_scaler
 from .model import ShapesCNN
 from .precision import Advice
 from .timing import Comparison
-from .train import TrainLog, evaluate, make_scaler, skipped_by_scaler
+from .training import TrainLog, evaluate, make_scaler, train
 
 
 def _name(amp_dtype: torch.dtype | None) -> str:
@@ -88,31 +87,6 @@ def dtype_counts(ops: list[tuple[str, list[torch.dtype]]]) -> dict[str, str]:
             for name, per_dtype in counts.items()}
 
 
-def run_steps(step: Callable, model: nn.Module, loader, optimizer: torch.optim.Optimizer, *,
-              amp_dtype: torch.dtype | None, scaler: torch.amp.GradScaler | None,
-              scheduler: torch.optim.lr_scheduler.LRScheduler, epochs: int) -> TrainLog:
-    """Call the notebook's ``step(model, optimizer, scaler, inputs, labels, amp_dtype)`` on every
-    batch of ``epochs`` epochs; log its losses and scales; step ``scheduler`` after real steps."""
-    device = next(model.parameters()).device
-    log = TrainLog()
-    model.train()
-    for _ in range(epochs):
-        for inputs, labels in loader:
-            scale_before = scaler.get_scale() if scaler is not None else None
-            loss = step(model, optimizer, scaler, inputs.to(device), labels.to(device), amp_dtype)
-            stepped = True
-            if scaler is not None:
-                log.scales.append(scaler.get_scale())
-                stepped = not skipped_by_scaler(scale_before, log.scales[-1])
-                log.skipped_steps += not stepped
-            if stepped:
-                scheduler.step()
-                log.scheduler_steps += 1
-            log.losses.append(loss.item())
-    model.eval()
-    return log
-
-
 def compare_training(step: Callable, device: torch.device, amp_dtype: torch.dtype, *, examples: int,
                      test_examples: int, epochs: int = 2, batch_size: int = 32,
                      max_lr: float = 2e-2) -> TrainingComparison:
@@ -132,9 +106,8 @@ def compare_training(step: Callable, device: torch.device, amp_dtype: torch.dtyp
         scaler = None
         if needs_grad_scaler(amp):
             scaler = make_scaler(device.type, amp)
-        with strict_fp32():
-            logs[_name(amp)] = run_steps(step, model, loader, optimizer, amp_dtype=amp,
-                                         scaler=scaler, scheduler=scheduler, epochs=epochs)
+        logs[_name(amp)] = train(model, loader, optimizer, epochs=epochs, amp_dtype=amp,
+                                 scaler=scaler, scheduler=scheduler, step=step)
         accuracy[_name(amp)] = evaluate(model, test_set, amp_dtype=amp).accuracy
     return TrainingComparison(logs, accuracy, epochs, examples, test_examples)
 

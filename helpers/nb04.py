@@ -1,7 +1,7 @@
-"""Notebook 04's scaffolding: real gradients vs float16's range, the *faint task* (underflows)."""
+"""Notebook 04's scaffolding: real gradients vs float16's range, the *faint task*'s data, network and
+loss (underflows). The training steps themselves (``faint_step``, ``train_steps``) are typed in 04's cells."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -129,44 +129,6 @@ def faint_loss(net: nn.Module, amp_dtype: torch.dtype | None = torch.float16
         return F.mse_loss(output, target), output
 
 
-def faint_step(net: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-               amp_dtype: torch.dtype | None = torch.float16, inject: float | None = None
-               ) -> tuple[float, float]:
-    """One faint-task recipe step (``inject``: inf/NaN into a gradient): loss, share of 0 grads."""
-    optimizer.zero_grad(set_to_none=True)
-    loss, output = faint_loss(net, amp_dtype)
-    output.retain_grad()
-    scaler.scale(loss).backward()
-    if inject is not None:
-        net[0].weight.grad[0, 0] = inject
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item(), (output.grad == 0).float().mean().item()
-
-
-@dataclass
-class FaintRun:
-    """Per step of a faint-task run: the loss, and the share of output gradients that are 0."""
-
-    losses: list[float]
-    zero_output_grads: list[float]
-
-    @property
-    def final_ratio(self) -> float:
-        return self.losses[-1] / self.losses[0]
-
-
-def train_faint(amp_dtype: torch.dtype | None, use_scaler: bool, steps: int = 30,
-                device: Device = "cpu") -> FaintRun:
-    """``steps`` Adam steps of a fresh :func:`faint_net` (``amp_dtype=None``: float32)."""
-    net = faint_net(device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=FAINT_LR)
-    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=use_scaler)
-    with strict_fp32():
-        losses, zeros = zip(*(faint_step(net, optimizer, scaler, amp_dtype) for _ in range(steps)))
-    return FaintRun(list(losses), list(zeros))
-
-
 def plot_lines(lines: dict[str, list[float]], ylabel: str, title: str, base: float = 10) -> None:
     """One line per entry against the step, log scale in ``base`` (2: a staircase)."""
     import matplotlib.pyplot as plt
@@ -216,15 +178,6 @@ def fresh_state(device: Device = "cpu", growth_interval: int = 3) -> TrainingSta
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
     scaler = torch.amp.GradScaler(torch.device(device).type, growth_interval=growth_interval)
     return TrainingState(net, optimizer, scheduler, scaler)
-
-
-def train_steps(state: TrainingState, steps: int) -> None:
-    """``steps`` float16 recipe steps; the scheduler steps only when the scale did not go down."""
-    for _ in range(steps):
-        scale_before = state.scaler.get_scale()
-        faint_step(state.model, state.optimizer, state.scaler)
-        if state.scaler.get_scale() >= scale_before:
-            state.scheduler.step()
 
 
 def same_run(a: TrainingState, b: TrainingState) -> bool:

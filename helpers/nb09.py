@@ -1,22 +1,12 @@
-"""Notebook 09's scaffolding: its models and data, the profile's shares, exercise 09.1's loop;
+"""Notebook 09's scaffolding: its models and data, the shares' one-line format, exercise 09.1's loop;
 copies of the step and the op log that notebook 09 section 1 types in its cells."""
 
 import time
-from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode
-
-from .device import quiet_native_stderr
-
-# An event's category: that of its outermost matching event (the optimizer's casts: optimizer)
-CATEGORIES = {"casts": ("aten::_to_copy",),
-              "matmuls": ("aten::mm", "aten::addmm", "aten::bmm", "aten::convolution"),
-              "optimizer": ("Optimizer.step",), "data loading": ("enumerate(DataLoader)",),
-              "syncs": ("aten::item",)}
 
 
 def mlp(width: int, depth: int = 3, seed: int = 0) -> nn.Sequential:
@@ -98,36 +88,8 @@ def casts(fn) -> list[tuple[tuple[int, ...], torch.dtype]]:
     return [(shape, dtype) for name, shape, dtype in ops(fn) if name in ("_to_copy", "to")]
 
 
-def _category(event) -> str | None:
-    return next((name for name, prefixes in CATEGORIES.items()
-                 if event.name.startswith(prefixes)), None)
-
-
-def profile_step(step: Callable[[], object], steps: int = 3):
-    """The profiler of ``steps`` calls, and per category (events per step, share of CPU time)."""
-    step()
-    with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            with record_function("step"):
-                step()
-    total, counts, times = 0.0, dict.fromkeys(CATEGORIES, 0), dict.fromkeys(CATEGORIES, 0.0)
-    for event in prof.events():
-        if event.name == "step":
-            total += event.cpu_time_total
-            continue
-        name, parent = _category(event), event.cpu_parent
-        while name and parent is not None and parent.name != "step":
-            name = None if _category(parent) else name  # counted in an outer event
-            parent = parent.cpu_parent
-        if name:
-            counts[name] += 1
-            times[name] += event.cpu_time_total
-    shares = {name: (counts[name] / steps, times[name] / total) for name in CATEGORIES}
-    shares["other"] = (float("nan"), 1 - sum(share for _, share in shares.values()))
-    return prof, shares
-
-
 def shares_line(shares: dict[str, tuple[float, float]]) -> str:
+    """``profile_step``'s shares (09's cell) on one line: each category's share, its events per step."""
     return ", ".join(f"{name} {share:.0%}" + ("" if count != count else f" ({count:.3g}/step)")
                      for name, (count, share) in shares.items() if share >= 0.005 or count > 0)
 

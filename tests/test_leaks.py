@@ -1,15 +1,36 @@
-"""helpers.leaks finds the operations that leave a half-precision run's dtype, and nothing in a clean run."""
+"""Notebook 02 §6's LeakFinder (the TorchDispatchMode typed in its cell) finds the operations that leave a
+half-precision run's dtype, and nothing in a clean run."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from helpers.dtype_trace import OpRecord, record_ops
-from helpers.leaks import CONSTANT_OPS, Leak, classify, find_dtype_leaks
+from helpers.dtype_trace import record_ops
 from helpers.model import load_reference_model
+from tests.support import definitions
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+LeakFinder, _ = definitions("02", "LeakFinder", "float_dtypes", namespace={
+    "torch": torch, "TorchDispatchMode": TorchDispatchMode, "tree_leaves": tree_leaves}).values()
+
+
+class Report:
+    """What a LeakFinder saw in one run of ``fn``: its leaks as (op, kind, output dtype), an error if raised."""
+
+    def __init__(self, fn, dtype):
+        self.result = self.error = None
+        with LeakFinder(dtype) as finder:
+            try:
+                self.result = fn()
+            except Exception as error:  # noqa: BLE001 - kept, and asserted by the tests
+                self.error = error
+        self.finder = finder
+        self.leaks = [(name, kind, output) for _, name, kind, _, output in finder.leaks]
+        self.kinds = [(name, kind) for name, kind, _ in self.leaks]
+        self.clean = not finder.leaks and finder.off_dtype == 0 and self.error is None
 
 
 class SilentLeak(nn.Module):
@@ -61,42 +82,35 @@ TOKENS = torch.tensor([[1, 2, 3], [4, 5, 0]])
 def test_silent_leak_is_found_with_its_creation_and_its_mix():
     model = half(SilentLeak())
     with torch.inference_mode():
-        report = find_dtype_leaks(lambda: model(X), F16)
-    assert [(leak.op, leak.kind) for leak in report.leaks] == [("full", "creates"), ("add", "mixes")]
-    assert report.leaks[1].output_dtype == F32 and set(report.leaks[1].input_dtypes) == {F16, F32}
+        report = Report(lambda: model(X), F16)
+    assert report.leaks == [("full", "creates", F32), ("add", "mixes", F32)]
+    assert report.finder.leaks[1][3] == ["torch.float16", "torch.float32"]  # the input dtypes of the mix
     assert report.result.dtype == F32  # the run itself was not disturbed
     assert report.error is None and not report.clean
-    assert report.off_dtype_ops == 2
-    assert "#1 full: creates float32" in str(report) and "mixes float16 + float32 -> float32" in str(report)
+    assert report.finder.off_dtype == 2 and report.finder.leaks[0][0] == 1  # op #1: after the linear's op
 
 
 def test_fixed_module_is_clean():
     model = half(SilentLeakFixed())
     with torch.inference_mode():
-        report = find_dtype_leaks(lambda: model(X), F16)
-    assert report.clean and report.leaks == [] and report.off_dtype_ops == 0
-    assert report.result.dtype == F16
-    assert "clean: every op computed in float16" in str(report)
+        report = Report(lambda: model(X), F16)
+    assert report.clean and report.result.dtype == F16
 
 
 @pytest.mark.parametrize("grad_mode", [torch.inference_mode, torch.no_grad, torch.enable_grad])
-def test_loud_leak_reports_the_error_and_the_leaks_before_it(grad_mode):
+def test_loud_leak_lists_the_leaks_before_the_error(grad_mode):
     model = half(LoudLeak())
     with grad_mode():
-        report = find_dtype_leaks(lambda: model(TOKENS), F16)
+        report = Report(lambda: model(TOKENS), F16)
     assert report.result is None
     # The wording is the release's (2.4: "input must have the type torch.float16, got type torch.float32";
     # later: "RNN input dtype (torch.float32) does not match weight dtype (torch.float16)..."): assert what
     # every release says, a ValueError naming both dtypes.
-    assert report.error is not None and report.error.startswith("ValueError: ")
-    assert "torch.float32" in report.error and "torch.float16" in report.error
-    created = [leak.op for leak in report.leaks if leak.kind == "creates"]
+    assert isinstance(report.error, ValueError)
+    assert "torch.float32" in str(report.error) and "torch.float16" in str(report.error)
+    created = [name for name, kind in report.kinds if kind == "creates"]
     assert "zeros" in created and "mul" in created  # the GRU state and the float32 positions
-    assert any(leak.kind == "mixes" and leak.output_dtype == F32 for leak in report.leaks)
-    assert f"stopped by {report.error}" in str(report)
-    short = report.format(error_message=False)  # for outputs that must not depend on the PyTorch version
-    assert short.endswith("stopped by ValueError") and report.error.split(": ", 1)[1] not in short
-    assert short.splitlines()[:-1] == str(report).splitlines()[:-1]
+    assert any(kind == "mixes" and output == F32 for _, kind, output in report.leaks)
 
 
 @pytest.mark.parametrize("grad_mode", [torch.inference_mode, torch.no_grad, torch.enable_grad])
@@ -104,8 +118,8 @@ def test_loud_leak_reports_the_error_and_the_leaks_before_it(grad_mode):
 def test_fixed_gru_model_is_clean_in_every_grad_mode(grad_mode, dtype):
     model = half(LoudLeakFixed(), dtype)
     with grad_mode():
-        report = find_dtype_leaks(lambda: model(TOKENS), dtype)
-    assert report.clean, str(report)
+        report = Report(lambda: model(TOKENS), dtype)
+    assert report.clean, report.leaks
     assert report.result.dtype == dtype
 
 
@@ -114,63 +128,40 @@ def test_reference_cnn_in_half_is_clean(grad_mode):
     model = load_reference_model().half()
     images = torch.zeros(2, 3, 32, 32, dtype=F16)
     with grad_mode():
-        report = find_dtype_leaks(lambda: model(images), F16)
-    assert report.clean, str(report)
-    assert report.op_count > 10
+        report = Report(lambda: model(images), F16)
+    assert report.clean, report.leaks
+    assert report.finder.ops > 10
 
 
 def test_a_run_in_another_dtype_is_not_clean():
     model = half(SilentLeakFixed(), BF16)
-    report = find_dtype_leaks(lambda: model(X.to(BF16)), F16)
-    assert not report.clean and report.off_dtype_ops > 0
+    report = Report(lambda: model(X.to(BF16)), F16)
+    assert not report.clean and report.finder.off_dtype > 0
 
 
 def test_cast_and_zero_dim_mix_are_reported():
-    report = find_dtype_leaks(lambda: X.float(), F16)
-    assert [(leak.op, leak.kind, leak.output_dtype) for leak in report.leaks] == [("_to_copy", "casts", F32)]
+    assert Report(lambda: X.float(), F16).leaks == [("_to_copy", "casts", F32)]
     scale = torch.tensor(2.0)  # a 0-dim float32 tensor does not promote, but it is still a mix
-    report = find_dtype_leaks(lambda: X * scale, F16)
-    assert [(leak.op, leak.kind, leak.output_dtype) for leak in report.leaks] == [("mul", "mixes", F16)]
-    assert report.off_dtype_ops == 0
+    report = Report(lambda: X * scale, F16)
+    assert report.leaks == [("mul", "mixes", F16)] and report.finder.off_dtype == 0
 
 
-@pytest.mark.parametrize("record, kind", [
-    (OpRecord("zeros", (), (F32,)), "creates"),
-    (OpRecord("zeros", (), (F16,)), None),
-    (OpRecord("add", (F16, F32), (F32,)), "mixes"),
-    (OpRecord("eq", (F16, F32), ()), "mixes"),
-    (OpRecord("_to_copy", (F16,), (F32,)), "casts"),
-    (OpRecord("sin", (F32,), (F32,)), None),  # carries an earlier leak forward: not a cause itself
-    (OpRecord("relu", (F16,), (F16,)), None),
-    (OpRecord("native_layer_norm", (F16, F16, F16), (F16, F32, F32)), None),  # only the first output counts
-    (OpRecord("mul", (F32,), (F32,)), None),  # int64 positions * float32 frequencies: a carrier
-    (OpRecord("lift_fresh", (F32,), (F32,)), "creates"),  # torch.tensor([...]) made inside the run
-    (OpRecord("lift_fresh", (F16,), (F16,)), None),
-])
-def test_classify(record, kind):
-    assert classify(record, F16) == kind
+def test_ops_without_a_floating_output_and_carriers_are_not_leaks():
+    assert Report(lambda: X == X.float(), F16).leaks == [("_to_copy", "casts", F32), ("eq", "mixes", None)]
+    outside = torch.ones(3)  # float32 from outside the run: carried, not born here
+    report = Report(lambda: outside.sin(), F16)
+    assert report.leaks == [] and report.finder.off_dtype == 1 and not report.clean
+    norm = nn.LayerNorm(4).half()
+    assert Report(lambda: norm(X), F16).clean  # its float32 statistics are not its main result
 
 
-def test_describe():
-    assert Leak(3, "zeros", "creates", (), F32).describe() == "#3 zeros: creates float32 (no floating input)"
-    constant = Leak(0, "lift_fresh", "creates", (F32,), F32)
-    assert constant.describe() == "#0 lift_fresh: creates float32 (a torch.tensor constant)"
-    assert Leak(5, "add", "mixes", (F32, F16), F32).describe() == "#5 add: mixes float16 + float32 -> float32"
-    assert Leak(1, "eq", "mixes", (F16, F32), None).describe() == "#1 eq: mixes float16 + float32 -> no floating output"
-
-
-@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float16", None])
-def test_rejects_a_dtype_that_is_not_floating(dtype):
-    with pytest.raises(TypeError, match="floating-point torch.dtype"):
-        find_dtype_leaks(lambda: X + 1, dtype)
-
-
-def test_interrupts_are_not_swallowed():
-    def interrupted():
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        find_dtype_leaks(interrupted, F16)
+def test_the_cell_shows_each_leak_on_one_line(capsys):
+    report = Report(lambda: torch.zeros(4) + X, F16)
+    report.finder.show()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2 ops, 2 leaks, 2 returned another dtype"
+    assert lines[1:] == ["  #0 zeros: creates no float input -> torch.float32",
+                         "  #1 add: mixes torch.float16 + torch.float32 -> torch.float32"]
 
 
 def sinusoid_positions(length: int, dim: int) -> torch.Tensor:
@@ -181,23 +172,21 @@ def sinusoid_positions(length: int, dim: int) -> torch.Tensor:
 
 
 def test_position_table_leak_is_named_where_float32_is_born_not_where_it_spreads():
-    report = find_dtype_leaks(lambda: X.new_ones(6, 4) + sinusoid_positions(6, 4), F16)
-    names = [(leak.op, leak.kind) for leak in report.leaks]
-    assert names == [("mul", "creates"), ("add", "mixes")]  # the frequencies' mul, then the promotion
+    report = Report(lambda: X.new_ones(6, 4) + sinusoid_positions(6, 4), F16)
+    assert report.kinds == [("mul", "creates"), ("add", "mixes")]  # the frequencies' mul, then the promotion
     _, records = record_ops(lambda: sinusoid_positions(6, 4))
     muls = [i for i, r in enumerate(records) if r.name == "mul"]
-    assert len(muls) == 3 and report.leaks[0].index == muls[0] + 1  # +1: new_ones runs first
-    # positions * frequencies (the later muls) carry float32 on: reported only in off_dtype_ops
-    assert report.off_dtype_ops > len(report.leaks)
+    assert len(muls) == 3 and report.finder.leaks[0][0] == muls[0] + 1  # +1: new_ones runs first
+    # positions * frequencies (the later muls) carry float32 on: counted in off_dtype only
+    assert report.finder.off_dtype > len(report.leaks)
 
 
 def test_torch_tensor_constant_is_a_creation():
     with torch.inference_mode():
-        report = find_dtype_leaks(lambda: X + torch.tensor([0.5, 1.0, 1.5, 2.0]), F16)
-    assert [(leak.op, leak.kind) for leak in report.leaks] == [("lift_fresh", "creates"), ("add", "mixes")]
-    assert "lift_fresh" in CONSTANT_OPS
-    report = find_dtype_leaks(lambda: X + torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=F16), F16)
-    assert report.clean, str(report)
+        report = Report(lambda: X + torch.tensor([0.5, 1.0, 1.5, 2.0]), F16)
+    assert report.kinds == [("lift_fresh", "creates"), ("add", "mixes")]
+    report = Report(lambda: X + torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=F16), F16)
+    assert report.clean, report.leaks
 
 
 class BranchLeak(nn.Module):
@@ -211,14 +200,6 @@ class BranchLeak(nn.Module):
 
 def test_only_the_path_that_ran_is_seen():
     model = BranchLeak()
-    assert find_dtype_leaks(lambda: model(X), F16).clean  # the leaky branch did not run
-    long_report = find_dtype_leaks(lambda: model(torch.ones(2, 8, dtype=F16)), F16)
-    assert [(leak.op, leak.kind) for leak in long_report.leaks] == [("zeros", "creates"), ("add", "mixes")]
-
-
-def test_a_run_that_only_carries_another_dtype_is_not_clean():
-    """No op leaks (the float32 came in from outside the run), but the run did not compute in float16."""
-    outside = torch.ones(3)
-    report = find_dtype_leaks(lambda: outside * 2, F16)
-    assert report.leaks == [] and report.off_dtype_ops == 1 and report.error is None
-    assert not report.clean and "clean" not in str(report)
+    assert Report(lambda: model(X), F16).clean  # the leaky branch did not run
+    long_report = Report(lambda: model(torch.ones(2, 8, dtype=F16)), F16)
+    assert long_report.kinds == [("zeros", "creates"), ("add", "mixes")]

@@ -1,4 +1,4 @@
-"""helpers.nb01 (notebook 01's scaffolding), helpers.dtype_trace.casts_per_call as section 6 uses it, and the
+"""helpers.nb01 (notebook 01's scaffolding), section 6's CastCounter cell on autocast's weight cache, and the
 exercise solutions of notebook 01: they give the right answers, and grade() rejects wrong ones."""
 from __future__ import annotations
 
@@ -20,12 +20,11 @@ from torch import nn  # noqa: E402
 import helpers  # noqa: E402
 from helpers import nb01  # noqa: E402
 from helpers.data import shapes_dataset  # noqa: E402
-from helpers.dtype_trace import GRAD_MODES, casts_per_call  # noqa: E402
 from helpers.exercises import feedback, grade, solution, tolerance  # noqa: E402
 from helpers.measure import saved_activation_bytes_by_dtype  # noqa: E402
 from helpers.model import load_reference_model  # noqa: E402
 from helpers.peaks import load_peaks  # noqa: E402
-from helpers.train import EvalResult  # noqa: E402
+from helpers.training import EvalResult  # noqa: E402
 
 
 def small_cnn() -> nn.Module:
@@ -85,20 +84,34 @@ def test_plot_logit_errors_draws_every_run_but_the_reference():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["x"]
 
 
-def test_casts_per_call_cache_with_no_grad_and_grad_enabled():
+def casts_per_call(module, inputs, grad_mode, calls=2):
+    """Casts section 6's CastCounter counts in each of ``calls`` forwards inside ONE bfloat16 autocast context."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tests.support import definitions
+    (counter_class,) = definitions("01", "CastCounter", namespace={"TorchDispatchMode": TorchDispatchMode}).values()
+    counts = []
+    with grad_mode(), torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(calls):
+            with counter_class() as counter:
+                module(inputs)
+            counts.append(counter.casts)
+    return counts
+
+
+def test_autocast_caches_weight_casts_with_no_grad_and_grad_enabled():
     linear = nn.Linear(8, 8)
     x = torch.randn(2, 8)
-    for mode in ("no_grad", "grad enabled (training)"):
+    for mode in (torch.no_grad, torch.enable_grad):
         # first call: input, weight, bias; second call: the cached weight and bias are reused
-        assert casts_per_call(linear, x, torch.bfloat16, mode) == [3, 1], mode
-    first, _ = casts_per_call(linear, x, torch.bfloat16, "inference_mode")
+        assert casts_per_call(linear, x, mode) == [3, 1], mode
+    first, _ = casts_per_call(linear, x, torch.inference_mode)
     assert first == 3  # whether the second call reuses the copies depends on the version (2.4: 1; 2.14: 3)
-    assert set(GRAD_MODES) == {"inference_mode", "no_grad", "grad enabled (training)"}
 
 
-def test_casts_per_call_no_cache_for_weights_that_do_not_require_grad():
+def test_autocast_caches_no_cast_of_weights_that_do_not_require_grad():
     linear = nn.Linear(8, 8).requires_grad_(False)
-    assert casts_per_call(linear, torch.randn(2, 8), torch.bfloat16, "no_grad") == [3, 3]
+    assert casts_per_call(linear, torch.randn(2, 8), torch.no_grad) == [3, 3]
 
 
 def _advice(dtype, how):

@@ -50,33 +50,6 @@ def test_compare_training_runs_the_step_it_is_given_with_each_dtype():
     assert seen == [(None, True, 16)] * 3 + [(torch.float16, False, 16)] * 3
 
 
-def test_run_steps_steps_the_scheduler_only_after_real_steps():
-    torch.manual_seed(0)
-    model = nn.Linear(4, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
-    scaler = torch.amp.GradScaler("cpu")
-    batches = [(torch.randn(8, 4), torch.randint(2, (8,))) for _ in range(3)]
-
-    def step_with_inf_at_the_second(model, optimizer, scaler, inputs, labels, amp):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.amp.autocast("cpu", dtype=amp):
-            loss = F.cross_entropy(model(inputs), labels)
-        scaler.scale(loss).backward()
-        if len(seen) == 1:
-            model.bias.grad[0] = float("inf")
-        seen.append(1)
-        scaler.step(optimizer)
-        scaler.update()
-        return loss
-
-    seen = []
-    log = lab.run_steps(step_with_inf_at_the_second, model, batches, optimizer, amp_dtype=torch.float16,
-                        scaler=scaler, scheduler=scheduler, epochs=1)
-    assert log.skipped_steps == 1 and log.scheduler_steps == 2 and len(log.losses) == 3
-    assert log.scales == [65536.0, 32768.0, 32768.0]
-
-
 def test_dtype_counts_counts_each_ops_output_dtypes_in_order_of_first_sight():
     ops = [("convolution", [torch.bfloat16]), ("native_batch_norm", [torch.bfloat16, torch.float32, torch.float32]),
            ("convolution", [torch.bfloat16]), ("detach", [])]

@@ -9,9 +9,11 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+import helpers
 from helpers import nb09 as lab
 from helpers.exercises import feedback, solution
 from helpers.solutions import nb09 as solutions
+from tests.support import cell_containing, definitions
 
 BF16 = torch.bfloat16
 
@@ -30,8 +32,24 @@ def test_a_step_trains_its_float32_weights():
     assert not torch.equal(before, model[0].weight)
 
 
+def cell_profile_step():
+    """09's own profile_step, with the CATEGORIES its cell defines."""
+    import ast
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+    cell = cell_containing("09", "def profile_step(")
+    (categories,) = [node.value for node in ast.parse(cell).body
+                     if isinstance(node, ast.Assign) and node.targets[0].id == "CATEGORIES"]
+    namespace = {"torch": torch, "helpers": helpers, "ProfilerActivity": ProfilerActivity, "profile": profile,
+                 "record_function": record_function, "CATEGORIES": ast.literal_eval(categories)}
+    return definitions("09", "category", "profile_step", namespace=namespace)["profile_step"]
+
+
+profile_step = cell_profile_step()
+
+
 def test_profile_shares_count_the_casts_autocast_adds_and_the_optimizer():
-    shares = {dtype: lab.profile_step(lab.Step(lab.mlp(16), dtype, lab.batch(8, 16)))[1]
+    shares = {dtype: profile_step(lab.Step(lab.mlp(16), dtype, lab.batch(8, 16)))[1]
               for dtype in (None, BF16)}
     for by_category in shares.values():
         assert math.isclose(sum(share for _, share in by_category.values()), 1.0)
@@ -44,9 +62,9 @@ def test_profile_shares_count_the_casts_autocast_adds_and_the_optimizer():
 
 def test_profile_shares_see_a_dataloader_and_a_sync():
     loader = DataLoader(lab.SlowPairs(16, 8, delay=0.0), batch_size=4)
-    _, fed = lab.profile_step(lab.Step(lab.mlp(8), BF16, loader))
+    _, fed = profile_step(lab.Step(lab.mlp(8), BF16, loader))
     assert fed["data loading"][0] >= 1
-    _, logged = lab.profile_step(lab.Step(lab.mlp(8), BF16, lab.batch(4, 8), sync=True))
+    _, logged = profile_step(lab.Step(lab.mlp(8), BF16, lab.batch(4, 8), sync=True))
     assert logged["syncs"][0] == 1
 
 
@@ -167,7 +185,7 @@ def test_exercise_09_2_counts_five_layers():
 
 def test_a_convolution_counts_with_the_matmuls():
     x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
-    _, shares = lab.profile_step(lambda: F.conv2d(x, w), steps=2)
+    _, shares = profile_step(lambda: F.conv2d(x, w), steps=2)
     assert shares["matmuls"][0] == 1 and shares["casts"][0] == 0
 
 

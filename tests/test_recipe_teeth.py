@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import helpers
-from helpers.train import skipped_by_scaler
+from helpers.training import skipped_by_scaler
 
 LR = 0.5
 EPS32 = torch.finfo(torch.float32).eps

@@ -49,6 +49,47 @@ def test_scaler_with_fp16_records_the_scale():
     assert len(log.scales) == 2 and log.scales[0] <= 2.0**10
 
 
+def test_a_step_of_its_own_and_the_scheduler_only_after_real_steps():
+    """The loop notebook 03 §4 runs with its own typed step: a step the scaler skipped leaves the scheduler."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    scaler = torch.amp.GradScaler("cpu")
+    batches = [(torch.randn(8, 4), torch.randint(2, (8,))) for _ in range(3)]
+    seen = []
+
+    def step_with_inf_at_the_second(model, optimizer, scaler, inputs, labels, amp):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.amp.autocast("cpu", dtype=amp):
+            loss = F.cross_entropy(model(inputs), labels)
+        scaler.scale(loss).backward()
+        if len(seen) == 1:
+            model.bias.grad[0] = float("inf")
+        seen.append(1)
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    log = helpers.train(model, batches, optimizer, amp_dtype=torch.float16, scaler=scaler,
+                        scheduler=scheduler, step=step_with_inf_at_the_second)
+    assert log.skipped_steps == 1 and log.scheduler_steps == 2 and len(log.losses) == 3
+    assert log.scales == [65536.0, 32768.0, 32768.0]
+
+
+def test_helpers_train_is_the_loop_and_helpers_training_its_module():
+    """No attribute of the package shadows a submodule (``helpers.train`` used to be both)."""
+    import importlib
+    import pkgutil
+
+    import helpers.training
+    assert callable(helpers.train) and helpers.train is helpers.training.train
+    assert helpers.training.amp_step is helpers.amp_step
+    for module in pkgutil.iter_modules(helpers.__path__):
+        imported = importlib.import_module(f"helpers.{module.name}")
+        assert getattr(helpers, module.name, imported) is imported, f"helpers.{module.name} is not the module"
+
+
 def test_scaler_with_bf16_is_refused_with_an_explanation():
     with pytest.raises(ValueError, match="No GradScaler is needed with torch.bfloat16"):
         helpers.make_scaler("cpu", torch.bfloat16)

@@ -79,7 +79,7 @@ from helpers.bench import (
 )
 from helpers.device import cpu_flags
 from helpers.peaks import peak_for
-from helpers.train import amp_step
+from helpers.training import amp_step
 
 TRAIN_MODES = ("float32", "tf32", "autocast_float16", "autocast_bfloat16")
 INIT_SCALE = 2.0**16  # GradScaler's default initial scale, spelled out so the record can state it

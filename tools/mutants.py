@@ -27,8 +27,7 @@ COPIED = ("helpers", "tests", "data", "pyproject.toml")
 TIMEOUT_S = 600
 
 TRAIN_TESTS = ("tests/test_recipe_teeth.py", "tests/test_train_and_measure.py")
-MODEL_TESTS = ("tests/test_recipe_teeth.py", "tests/test_data_and_model.py", "tests/test_leaks.py")
-LEAKS_TESTS = ("tests/test_leaks.py",)
+MODEL_TESTS = ("tests/test_recipe_teeth.py", "tests/test_data_and_model.py")
 
 
 @dataclass(frozen=True)
@@ -41,49 +40,49 @@ class Mutant:
 
 
 MUTANTS = (
-    # helpers/train.py: amp_step, the recipe itself
-    Mutant("train: loss scaled twice", "helpers/train.py", "scaler.scale(loss).backward()",
+    # helpers/training.py: amp_step, the recipe itself
+    Mutant("train: loss scaled twice", "helpers/training.py", "scaler.scale(loss).backward()",
            "scaler.scale(scaler.scale(loss)).backward()", TRAIN_TESTS),
-    Mutant("train: optimizer.step() instead of scaler.step()", "helpers/train.py", "scaler.step(optimizer)",
+    Mutant("train: optimizer.step() instead of scaler.step()", "helpers/training.py", "scaler.step(optimizer)",
            "optimizer.step()", TRAIN_TESTS),
-    Mutant("train: zero_grad dropped", "helpers/train.py", "    optimizer.zero_grad(set_to_none=True)\n", "",
+    Mutant("train: zero_grad dropped", "helpers/training.py", "    optimizer.zero_grad(set_to_none=True)\n", "",
            TRAIN_TESTS),
-    Mutant("train: scaler.update() dropped", "helpers/train.py", "        scaler.update()\n", "", TRAIN_TESTS),
-    Mutant("train: autocast never enabled", "helpers/train.py",
+    Mutant("train: scaler.update() dropped", "helpers/training.py", "        scaler.update()\n", "", TRAIN_TESTS),
+    Mutant("train: autocast never enabled", "helpers/training.py",
            "enabled=amp_dtype is not None):\n        logits", "enabled=False):\n        logits",
            TRAIN_TESTS),
-    Mutant("train: amp_step autocasts to bfloat16 whatever the dtype", "helpers/train.py",
+    Mutant("train: amp_step autocasts to bfloat16 whatever the dtype", "helpers/training.py",
            "dtype=amp_dtype or torch.float32,\n                            enabled=amp_dtype is not None):\n"
            "        logits",
            "dtype=torch.bfloat16,\n                            enabled=amp_dtype is not None):\n        logits",
            TRAIN_TESTS),
-    Mutant("train: plain step without optimizer.step()", "helpers/train.py",
+    Mutant("train: plain step without optimizer.step()", "helpers/training.py",
            "        loss.backward()\n        optimizer.step()\n", "        loss.backward()\n", TRAIN_TESTS),
-    # helpers/train.py: the loop
-    Mutant("train: skipped steps never counted", "helpers/train.py", "log.skipped_steps += not stepped",
+    # helpers/training.py: the loop
+    Mutant("train: skipped steps never counted", "helpers/training.py", "log.skipped_steps += not stepped",
            "pass", TRAIN_TESTS),
-    Mutant("train: a changed scale counts as a skip", "helpers/train.py", "return scale_after < scale_before",
+    Mutant("train: a changed scale counts as a skip", "helpers/training.py", "return scale_after < scale_before",
            "return scale_after != scale_before", TRAIN_TESTS),
-    Mutant("train: scheduler stepped after skipped steps", "helpers/train.py",
+    Mutant("train: scheduler stepped after skipped steps", "helpers/training.py",
            "if scheduler is not None and stepped:", "if scheduler is not None:", TRAIN_TESTS),
-    Mutant("train: scheduler never stepped", "helpers/train.py", "                    scheduler.step()\n",
+    Mutant("train: scheduler never stepped", "helpers/training.py", "                    scheduler.step()\n",
            "                    pass\n", TRAIN_TESTS),
-    Mutant("train: max_steps off by one", "helpers/train.py", "len(log.losses) >= max_steps",
+    Mutant("train: max_steps off by one", "helpers/training.py", "len(log.losses) >= max_steps",
            "len(log.losses) > max_steps",
            TRAIN_TESTS),
-    Mutant("train: logs the scale before update()", "helpers/train.py", "log.scales.append(scaler.get_scale())",
+    Mutant("train: logs the scale before update()", "helpers/training.py", "log.scales.append(scaler.get_scale())",
            "log.scales.append(scale_before)", TRAIN_TESTS),
-    Mutant("train: model left in training mode", "helpers/train.py", "    model.eval()\n    return log",
+    Mutant("train: model left in training mode", "helpers/training.py", "    model.eval()\n    return log",
            "    return log", TRAIN_TESTS),
-    Mutant("train: make_scaler accepts float32", "helpers/train.py", "if amp_dtype != torch.float16:",
+    Mutant("train: make_scaler accepts float32", "helpers/training.py", "if amp_dtype != torch.float16:",
            "if amp_dtype == torch.bfloat16:", TRAIN_TESTS),
-    Mutant("train: evaluate predicts along the batch", "helpers/train.py", "predictions = logits.argmax(dim=1)",
+    Mutant("train: evaluate predicts along the batch", "helpers/training.py", "predictions = logits.argmax(dim=1)",
            "predictions = logits.argmax(dim=0)", TRAIN_TESTS),
-    Mutant("train: evaluate chunk off by one", "helpers/train.py", "inputs[start : start + batch_size]",
+    Mutant("train: evaluate chunk off by one", "helpers/training.py", "inputs[start : start + batch_size]",
            "inputs[start : start + batch_size - 1]", TRAIN_TESTS),
-    Mutant("train: evaluate ignores input_dtype", "helpers/train.py", "x = x.to(input_dtype)", "x = x",
+    Mutant("train: evaluate ignores input_dtype", "helpers/training.py", "x = x.to(input_dtype)", "x = x",
            TRAIN_TESTS),
-    Mutant("train: evaluate keeps half logits", "helpers/train.py", "chunks.append(model(x).float().cpu())",
+    Mutant("train: evaluate keeps half logits", "helpers/training.py", "chunks.append(model(x).float().cpu())",
            "chunks.append(model(x).cpu())", TRAIN_TESTS),
     # helpers/model.py
     Mutant("model: checkpoint loaded with weights_only=False", "helpers/model.py", "weights_only=True)",
@@ -98,24 +97,6 @@ MUTANTS = (
            "nn.BatchNorm2d(width)]", MODEL_TESTS),
     Mutant("model: pooling off by one", "helpers/model.py", "if i < len(widths) - 1", "if i < len(widths) - 2",
            MODEL_TESTS),
-    # helpers/leaks.py
-    Mutant("leaks: mixing needs three dtypes", "helpers/leaks.py", "if len(inputs) > 1:", "if len(inputs) > 2:",
-           LEAKS_TESTS),
-    Mutant("leaks: torch.tensor constants not creations", "helpers/leaks.py",
-           "if not inputs or record.name in CONSTANT_OPS:", "if not inputs:", LEAKS_TESTS),
-    Mutant("leaks: off-dtype count inverted", "helpers/leaks.py",
-           "if record.output_dtypes and record.output_dtypes[0] != dtype:",
-           "if record.output_dtypes and record.output_dtypes[0] == dtype:", LEAKS_TESTS),
-    Mutant("leaks: error swallowed", "helpers/leaks.py", "caught[0] if caught else None", "None", LEAKS_TESTS),
-    Mutant("leaks: short format keeps the message", "helpers/leaks.py", "self.error.split(':')[0]", "self.error",
-           LEAKS_TESTS),
-    Mutant("leaks: clean ignores spread", "helpers/leaks.py",
-           "not self.leaks and self.off_dtype_ops == 0 and self.error is None",
-           "not self.leaks and self.error is None", LEAKS_TESTS),
-    Mutant("leaks: casts not reported", "helpers/leaks.py", '        return "casts"\n', "        return None\n",
-           LEAKS_TESTS),
-    Mutant("leaks: op index off by one", "helpers/leaks.py", "leaks.append(Leak(index, record.name",
-           "leaks.append(Leak(index + 1, record.name", LEAKS_TESTS),
 )
 
 

@@ -17,7 +17,7 @@ import torch
 from helpers import nb08
 from helpers.data import make_loader, shapes_dataset
 from helpers.model import CHECKPOINT, ShapesCNN
-from helpers.train import evaluate, train
+from helpers.training import evaluate, train
 
 SEED = 0
 EPOCHS = 8

@@ -1,7 +1,8 @@
-"""The training and evaluation loops (float32, autocast, GradScaler): notebooks 03 and 04."""
+"""The course's one training loop and its evaluation (float32, autocast, GradScaler): notebooks 03,
+04 and 07. ``helpers.train`` is the loop; this module is ``helpers.training``."""
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -54,11 +55,18 @@ def skipped_by_scaler(scale_before: float, scale_after: float) -> bool:
     return scale_after < scale_before
 
 
+def recipe_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
+                inputs: torch.Tensor, labels: torch.Tensor, amp_dtype: torch.dtype | None) -> torch.Tensor:
+    """:func:`amp_step` in the signature :func:`train` calls a step with; the loss."""
+    return amp_step(model, inputs, labels, optimizer, amp_dtype=amp_dtype, scaler=scaler)[0]
+
+
 def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
           amp_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
           scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-          max_steps: int | None = None) -> TrainLog:
-    """Train with :func:`amp_step`, strict fp32 outside autocast; ``scheduler`` after real steps"""
+          max_steps: int | None = None, step: Callable = recipe_step) -> TrainLog:
+    """Call ``step(model, optimizer, scaler, inputs, labels, amp_dtype)`` (default: the recipe,
+    :func:`amp_step`) on every batch, strict fp32 outside autocast; ``scheduler`` after real steps"""
     device = next(model.parameters()).device
     if amp_dtype is not None:
         check_autocast_dtype(device.type, amp_dtype)
@@ -73,8 +81,7 @@ def train(model: nn.Module, batches: Iterable, optimizer: torch.optim.Optimizer,
                 if max_steps is not None and len(log.losses) >= max_steps:
                     break
                 scale_before = scaler.get_scale() if scaler is not None else None
-                loss, _ = amp_step(model, inputs.to(device), labels.to(device), optimizer,
-                                   amp_dtype=amp_dtype, scaler=scaler)
+                loss = step(model, optimizer, scaler, inputs.to(device), labels.to(device), amp_dtype)
                 stepped = True
                 if scaler is not None:
                     log.scales.append(scaler.get_scale())
