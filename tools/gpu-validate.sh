@@ -75,13 +75,14 @@ for name, rowwise in (("tensorwise", False), ("rowwise", True)):
     try:
         for fp8 in variants.values():
             fp8()
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:  # ValueError: TORCH_CHECK_VALUE
         print(f"{name}: torch._scaled_mm refused: {str(error).splitlines()[0][:160]}")
         continue
+    results = {fast: product(qa, sa, qb, sb, fast).float() for fast in (False, True)}
     reference = a.float() @ b.float().t()
-    for fast in (False, True):
-        error = (product(qa, sa, qb, sb, fast).float() - reference).norm() / reference.norm()
-        print(f"{name}, fast accumulation {'on' if fast else 'off'}: relative error {error:.1e} against float32")
+    error = (results[False] - reference).norm() / reference.norm()  # mostly the inputs' rounding
+    change = (results[True] - results[False]).norm() / results[False].norm()
+    print(f"{name}: relative error {error:.2e} against float32; fast accumulation changes it by {change:.1e}")
     for label, fp8 in variants.items():
         c = timing.compare(lambda: a @ b.t(), fp8, rounds=7, round_s=round_s, device=device)
         tflops = {k: 2 * n**3 / s / 1e12 for k, s in (("bf16", c.baseline_s), ("fp8", c.candidate_s))}
