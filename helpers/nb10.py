@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import peaks
-from .nb08 import CHECKPOINT, GPT, batch, corpus_text, encode, load_gpt, mean_loss, next_token_loss, token_splits  # noqa: F401  # noqa: F401
+from .nb08 import CHECKPOINT, GPT, batch, corpus_text, encode, load_gpt, mean_loss, next_token_loss, token_splits  # noqa: F401
 
 
 def capitals_splits() -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,14 +43,34 @@ def capture(model: GPT, layer: nn.Linear, inputs: torch.Tensor,
     return {name: seen[name] for name in ("weight", "activation", "gradient")}
 
 
+def divisible_by_16(module: nn.Linear, name: str) -> bool:
+    """cuBLAS's fp8 rule for a weight (``torch._scaled_mm``'s ``mat2``): both dimensions are
+    multiples of 16. The default filter of :func:`convert_linears`."""
+    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def tied_parameters(model: nn.Module) -> set[int]:
+    """The ids of the parameters more than one module holds (an output head tied to its embedding)."""
+    holders = {}
+    for module in model.modules():
+        for parameter in module.parameters(recurse=False):
+            holders[id(parameter)] = holders.get(id(parameter), 0) + 1
+    return {key for key, count in holders.items() if count > 1}
+
+
 def convert_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module],
-                    module_filter_fn: Callable[[nn.Module, str], bool] = lambda module, name: True
+                    module_filter_fn: Callable[[nn.Module, str], bool] = divisible_by_16
                     ) -> list[str]:
-    """Replace every ``nn.Linear`` that passes ``module_filter_fn(module, name)`` by
-    ``make(linear)`` (the shape of torchao's ``convert_to_float8_training``); returns the names."""
+    """Replace each ``nn.Linear`` that passes ``module_filter_fn(module, name)`` (by default: both
+    weight dimensions multiples of 16) by ``make(linear)``, the shape of torchao's
+    ``convert_to_float8_training``. A Linear whose weight another module holds too (a tied output
+    head) is never replaced. Returns the names replaced."""
+    tied = tied_parameters(model)
     replaced = []
     for name, module in list(model.named_modules()):
-        if isinstance(module, nn.Linear) and module_filter_fn(module, name):
+        if not isinstance(module, nn.Linear) or id(module.weight) in tied:
+            continue
+        if module_filter_fn(module, name):
             parent_name, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child, make(module))
             replaced.append(name)

@@ -1,10 +1,14 @@
 """Notebook 10's scaffolding (helpers.nb10) and its exercise judges, fed the plausible wrong answers."""
+import math
+
+import pytest
 import torch
 from torch import nn
 
 from helpers import nb10 as lab
 from helpers.exercises import feedback, grade
 from helpers.solutions import nb10 as solutions
+from tests import support
 
 
 def block_amax(x: torch.Tensor) -> torch.Tensor:
@@ -141,3 +145,98 @@ def test_capitals_splits_are_the_08_task():
     assert len(tune) == 60_000 and len(check) > 1000
     assert lab.encode(lab.corpus_text(5, seed=1).upper()).tolist() == tune[: len(lab.encode(
         lab.corpus_text(5, seed=1).upper()))].tolist()
+
+
+def test_convert_linears_skips_weights_that_are_not_multiples_of_16_by_default():
+    model = nn.Sequential(nn.Linear(64, 48), nn.Linear(48, 30), nn.Linear(30, 32), nn.Linear(32, 16))
+    names = lab.convert_linears(model, lambda linear: nn.Identity())
+    assert names == ["0", "3"]
+    assert [type(m).__name__ for m in model] == ["Identity", "Linear", "Linear", "Identity"]
+    assert lab.divisible_by_16(nn.Linear(32, 16), "") and not lab.divisible_by_16(nn.Linear(15, 16), "")
+
+
+def test_convert_linears_never_swaps_a_tied_head():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens, self.up, self.head = nn.Embedding(64, 32), nn.Linear(32, 32), nn.Linear(32, 64)
+            self.head.weight = self.tokens.weight
+
+    model = Tied()
+    assert lab.tied_parameters(model) == {id(model.tokens.weight)}
+    assert lab.convert_linears(model, lambda linear: nn.Identity(), lambda m, n: True) == ["up"]
+    assert isinstance(model.head, nn.Linear)
+
+
+def test_grad_weight_scales_in_half_precision_are_accepted_within_their_rounding():
+    x = solutions.exercise_10_2_activation()
+    for answer in ((x.abs().amax(0) / 448).bfloat16(), x.bfloat16().abs().amax(0) / 448,
+                   x.half().abs().amax(0) / 448):
+        assert grade("10.2", answer) is True
+    rounded_then_widened = (x.bfloat16().abs().amax(0) / 448).float()  # bf16 rounding in a float32
+    assert "rounded further" in feedback("10.2", rounded_then_widened)
+    assert "float32" in feedback("10.2", (x.abs().amax(0) / 448).to(torch.float8_e4m3fn))
+    assert "448" in feedback("10.2", x.bfloat16().abs().amax(0))  # no division, in bf16
+
+
+def test_exercise_10_2_hint_leads_without_giving_the_answer():
+    text = next(support.source(cell) for cell in support.cells(support.notebook("10"))
+                if "**Exercise 10.2.**" in support.source(cell))
+    hint = text.split("<summary>Hint</summary>")[1]
+    assert "contract" in hint and "amax" in hint
+    assert "amax(0)" not in hint.replace(" ", "") and "dim=0" not in hint
+
+
+def cell_namespace() -> dict:
+    """What the notebook's fp8 cells need: the definitions of section 2 and 3, FAST empty (the
+    dequantising path, as on a machine without the scaled matmul)."""
+    namespace = {"torch": torch, "nn": nn, "math": math, "F": torch.nn.functional,
+                 "E4M3": torch.float8_e4m3fn, "FAST": {}}
+    support.definitions("10", "mx_scale", "quantise", "dequantise", "pad_to", "fp8_matmul",
+                        "Fp8Linear", "Float8Linear", namespace=namespace)
+    namespace["GRAD_DTYPE"] = {"tensorwise": torch.float8_e5m2, "rowwise": torch.float8_e4m3fn,
+                               "mx": torch.float8_e4m3fn}
+    return namespace
+
+
+def test_the_cells_quantise_refuses_inf_and_nan_before_its_clamp():
+    quantise = cell_namespace()["quantise"]
+    for bad in (math.inf, -math.inf, math.nan):
+        x = torch.ones(4, 32)
+        x[1, 3] = bad
+        for scaling in ("none", "tensorwise", "rowwise", "mx"):
+            with pytest.raises(FloatingPointError):
+                quantise(x, torch.float8_e4m3fn, scaling)
+
+
+def test_the_cells_fp8_matmul_pads_a_15_token_contraction_exactly():
+    namespace = cell_namespace()
+    generator = torch.Generator().manual_seed(3)
+    a, b = torch.randn(32, 15, generator=generator), torch.randn(48, 15, generator=generator)
+    assert namespace["pad_to"](a, 16).shape == (32, 16) and namespace["pad_to"](b, 16)[:, 15].eq(0).all()
+    assert namespace["pad_to"](a, 32).shape == (32, 32)
+    for scaling in ("tensorwise", "rowwise", "mx"):
+        got = namespace["fp8_matmul"](a, b, (torch.float8_e4m3fn,) * 2, scaling)
+        assert got.shape == (32, 48) and got.dtype == torch.bfloat16
+        assert ((got.float() - a @ b.T).norm() / (a @ b.T).norm()) < 0.1
+
+
+def test_the_cells_float8_linear_keeps_the_bias_and_its_gradient():
+    namespace = cell_namespace()
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 16)
+    layer = namespace["Float8Linear"](linear, "tensorwise")
+    assert {name for name, _ in layer.named_parameters()} == {"weight", "bias"}
+    x = torch.randn(15, 32)
+    y = layer(x)
+    assert ((y - linear(x)).norm() / linear(x).norm()) < 0.1
+    y.sum().backward()
+    assert torch.allclose(linear.bias.grad, torch.full((16,), 15.0))
+    bias_free = namespace["Float8Linear"](nn.Linear(32, 16, bias=False), "rowwise")
+    assert bias_free.bias is None and bias_free(x).shape == (15, 16)
+
+
+def test_the_cells_pad_to_leaves_an_aligned_tensor_alone():
+    pad_to = cell_namespace()["pad_to"]
+    x = torch.randn(4, 32)
+    assert pad_to(x, 16) is x and pad_to(x, 32) is x

@@ -83,9 +83,18 @@ def exercise_10_2_activation() -> torch.Tensor:
     return x * torch.linspace(0.1, 10, 96)
 
 
+def _rounding(answer: torch.Tensor) -> float:
+    """The relative error an answer's own dtype explains: bfloat16 or float16, its eps (amax / 448
+    rounded once to it, x perhaps rounded to it before: at most eps / 2 each); otherwise 1e-6."""
+    if answer.dtype in (torch.bfloat16, torch.float16):
+        return torch.finfo(answer.dtype).eps
+    return 1e-6
+
+
 class GradWeightScalesJudge:
     """10.2's judge: the rowwise e4m3 scales of x for dW = dy.T @ x run along the tokens (dim 0):
-    one per feature, amax / 448. Names the wrong axis, a single scale, no /448 and e5m2's max."""
+    one per feature, amax / 448 (in bfloat16 or float16: within that dtype's rounding). Names the
+    wrong axis, a single scale, no /448 and e5m2's max."""
 
     def why_not(self, answer: object) -> str | None:
         x = exercise_10_2_activation()
@@ -104,12 +113,18 @@ class GradWeightScalesJudge:
                     "of x) gets its own scale")
         if flat.numel() != x.shape[1]:
             return f"expected one scale per feature of x ({x.shape[1]} values)"
-        if torch.allclose(flat, per_feature, rtol=1e-6, atol=0):
+        if torch.allclose(flat, per_feature, rtol=_rounding(answer), atol=0):
             return None
-        if torch.allclose(flat, per_feature * E4M3_MAX, rtol=1e-6, atol=0):
+        if answer.dtype.itemsize == 1 and answer.is_floating_point():
+            return (f"scales stored in {answer.dtype} keep 2 or 3 mantissa bits; fp8 recipes keep "
+                    "them in float32 (or bfloat16)")
+        if torch.allclose(flat, per_feature * E4M3_MAX, rtol=_rounding(answer), atol=0):
             return "divide each amax by e4m3's largest value, 448: scale = amax / 448"
-        if torch.allclose(flat, per_feature * E4M3_MAX / 57344, rtol=1e-6, atol=0):
+        if torch.allclose(flat, per_feature * E4M3_MAX / 57344, rtol=_rounding(answer), atol=0):
             return "57344 is e5m2's largest value; this recipe casts x to e4m3 (largest 448)"
+        if torch.allclose(flat, per_feature, rtol=2**-6, atol=0):
+            return ("these are amax / 448 along the tokens, but rounded further than your answer's "
+                    f"dtype ({answer.dtype}) explains: compute them in float32, as the scales are kept")
         return "these are not amax / 448 along the tokens"
 
     def __repr__(self) -> str:
