@@ -1,4 +1,4 @@
-"""The course's timing method, taught in notebook 01 §4 (its cell holds this same code; a test compares them).
+"""The course's timing method, taught in notebook 01 §4 (its cells hold marked copies: tools/copies.py).
 
 Two variants of one workload are timed in pairs: each round times the baseline and the candidate back to back,
 in alternating order, so that a machine that speeds up or slows down affects both alike. The rounds give one

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-# ---- begin verbatim copy of the course's rule, helpers/precision.py (a test compares them)
+# >>> copy of helpers.precision (python -m tools.copies --write)
 CPU_FLAGS = ("avx512f", "avx_ne_convert", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16",
              "bf16")  # the last: Arm's BF16
 NO_TENSOR_CORES = r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b"  # sm_75: TU116/TU117
@@ -187,7 +187,7 @@ def choose_precision(d: dict) -> dict[str, Advice]:
     return {"training": training, "batched inference": batched, "chat decoding": chat}
 
 
-# ---- end verbatim copy
+# <<< end of copy
 
 
 def pick_device() -> torch.device:

@@ -207,44 +207,12 @@ def test_guide_and_notebook_07_point_at_sections_that_exist():
         assert section in sections[notebook], f"{notebook} has no section {section}"
 
 
-COPIED = ("NO_TENSOR_CORES", "WORKLOADS", "version_tuple", "Advice", "native_dtypes", "unknown_reason", "label",
-          "why_float32", "choose_precision")
-
-
-def _definitions(source: str) -> dict[str, str]:
-    """Top-level functions, classes and assignments in ``source``, each as its AST dump."""
-    import ast
-
-    found = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = ast.dump(node)
-        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            found[node.targets[0].id] = ast.dump(node)
-    return found
-
-
 def _notebook_code(key: str) -> str:
     from tools.course_stats import notebook_path
 
     cells = json.loads(Path(notebook_path(key)).read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     return "\n\n".join(text for text in code if not text.startswith("%"))  # IPython magics: not Python
-
-
-def test_notebook_07_holds_a_verbatim_copy_of_the_rule():
-    """07 §1's cells define the rule as helpers.precision does: the same AST, name by name."""
-    module = _definitions((ROOT / "helpers" / "precision.py").read_text())
-    notebook = _definitions(_notebook_code("07"))
-    for name in COPIED:
-        assert name in notebook, f"07 §1 lacks {name}"
-        assert notebook[name] == module[name], f"07 §1's {name} drifted from helpers/precision.py"
-
-
-def test_the_drift_check_fails_when_one_token_changes():
-    source = (ROOT / "helpers" / "precision.py").read_text()
-    drifted = _definitions(source.replace('(7, 0) and not re.search', '(7, 5) and not re.search'))
-    assert drifted["native_dtypes"] != _definitions(source)["native_dtypes"]
 
 
 def test_section_3_types_its_op_finder_as_a_dispatch_mode():

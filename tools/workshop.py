@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools import copies
 from tools.course_stats import (
     SECONDS_PER_CODE_LINE,
     _labelled_cells,
@@ -57,8 +58,8 @@ PLANNED_MINUTES = 160  # the plan's limit: 20 minutes of slack
 RECAP_MARK = "**Recap of this stop.**"
 RECIPE_NOTEBOOK = "07"  # the route ends on its take-home recipe
 TAKE_HOME_SCRIPT = "notebooks/take_home_recipe.py"
-COPY_START = "# ---- begin verbatim copy"  # the script's copy of the decision function (read at home: 07 §1)
-COPY_END = "# ---- end verbatim copy"
+COPY_START = copies.BEGIN  # the script's copy of the decision function (read at home: 07 §1)
+COPY_END = copies.END
 
 # The instructor's per-stop estimates of the previous route (issue 35), with the reading minutes and output cells
 # of the cells each stop ran (intro, sections, Summary) in the notebooks they read (commit 1afd0eb).
