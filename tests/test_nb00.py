@@ -1,4 +1,6 @@
 """helpers.nb00 (the roofline's reading, the verdict and format tables) and notebook 00's solutions."""
+import statistics
+
 import pytest
 import torch
 
@@ -128,7 +130,19 @@ def test_exercise_00_4_rejects_a_typed_count_of_10000_and_names_it():
 
 def test_exercise_00_4_names_the_stalled_float16_total():
     reason = exercises.feedback("00.4", running_mean(torch.float16))
-    assert reason is not None and "notebook's losses" in reason and "a float16 total stalls" in reason
+    assert reason is not None and "notebook's losses" in reason and "a float16 running total stalls" in reason
+
+
+@pytest.mark.parametrize("median", [lambda x: x.float().median().item(), lambda x: statistics.median(x.tolist())])
+def test_exercise_00_4_names_a_median_as_a_median_not_a_stalled_total(median):
+    reason = exercises.feedback("00.4", median)
+    assert reason is not None and "10,000 other" in reason and "their median" in reason and "stalls" not in reason
+
+
+@pytest.mark.parametrize("typed", [2.3, 2.298])
+def test_exercise_00_4_names_a_typed_value_as_one(typed):
+    reason = exercises.feedback("00.4", lambda losses: typed)
+    assert reason is not None and "whatever the losses" in reason and "stalls" not in reason
 
 
 NGC_CHECK = """

@@ -293,6 +293,28 @@ def test_03_1_the_wrong_repairs_are_rejected_and_the_fix_accepted():
     assert feedback("03.1", five_steps("step, island")) is None  # backward and step in an island: right too
 
 
+def _loss_outside(to_float: bool):
+    """03.1 with only the forward pass under autocast: the loss on the bfloat16 logits (or on their float32 copy)."""
+    def train(net, sgd, data, classes):
+        losses = []
+        for _ in range(5):
+            sgd.zero_grad()
+            with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+                logits = net(data)
+            loss = F.cross_entropy(logits.float() if to_float else logits, classes)
+            loss.backward()
+            sgd.step()
+            losses.append(loss.item())
+        return losses
+    return train
+
+
+def test_03_1_a_loss_computed_outside_autocast_is_named_not_called_a_model_that_does_not_learn():
+    reason = feedback("03.1", _loss_outside(to_float=False))
+    assert reason is not None and "loss was computed outside autocast" in reason and "learn" not in reason
+    assert feedback("03.1", _loss_outside(to_float=True)) is None  # cross_entropy in float32, as autocast runs it
+
+
 def test_03_1_a_function_that_steps_inside_autocast_or_forgets_the_losses_is_named():
     def steps_inside(net, sgd, data, classes):
         losses = []
