@@ -37,6 +37,11 @@ def source(cell: dict) -> str:
     return text
 
 
+def text(path: Path) -> str:
+    """The prose and code of every cell of the notebook at ``path`` (not its outputs), cells apart by a blank line."""
+    return "\n\n".join(source(cell) for cell in cells(path))
+
+
 def tags(cell: dict) -> set[str]:
     """A cell's tags (nbval-ignore-output, raises-exception, ...)."""
     return set(cell.get("metadata", {}).get("tags", []))

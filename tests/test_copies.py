@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from tests.support import cells
 from tools import copies
 
 COPIES = copies.marked_copies()
@@ -71,10 +72,10 @@ def test_a_copy_without_its_marker_is_caught(tmp_path):
     name = copy.where.split(",")[0]
     shutil.copy(copies.NOTEBOOK_DIR / name, tmp_path / name)
     assert copies.unmarked_copies(tmp_path) == []
-    notebook = json.loads((tmp_path / name).read_text())
-    for cell in notebook["cells"]:
+    changed = cells(tmp_path / name)
+    for cell in changed:
         cell["source"] = [line for line in cell["source"] if not line.startswith("# copy of helpers.nb09: OpLog")]
-    (tmp_path / name).write_text(json.dumps(notebook))
+    (tmp_path / name).write_text(json.dumps({"cells": changed}))
     found = copies.unmarked_copies(tmp_path)
     assert {problem.split(": ")[1].split(" is a copy")[0] for problem in found} == {"OpLog", "ops", "casts"}
 

@@ -177,12 +177,11 @@ def test_ngc_tf32_variable_on_cpu_as_section_9_says():
 
 
 def test_notebook_00_names_its_machine_first_and_prints_the_rules_advice_without_measuring():
-    import json
-    from pathlib import Path
+    from tests.support import cells as notebook_cells
+    from tests.support import notebook, source
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
-    cells = json.loads(path.read_text())["cells"]
-    sources = ["".join(c["source"]) for c in cells]
+    cells = notebook_cells(notebook("00"))
+    sources = [source(c) for c in cells]
     code = [s for c, s in zip(cells, sources) if c["cell_type"] == "code"]
     assert "print(helpers.machine_stamp(device))" in code[0]
     section_1 = next(i for i, text in enumerate(sources) if text.startswith("## 1."))
@@ -194,12 +193,11 @@ def test_notebook_00_names_its_machine_first_and_prints_the_rules_advice_without
 
 
 def test_stop_1_ends_with_its_recap_and_section_5_needs_no_fp8_layout():
-    import json
     import re
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
-    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    from tests.support import cells, notebook, source
+
+    sources = [source(c) for c in cells(notebook("00"))]
     start = next(i for i, s in enumerate(sources) if s.startswith("## 5."))
     end = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
     section_5 = "\n".join(sources[start:end])
@@ -210,11 +208,9 @@ def test_stop_1_ends_with_its_recap_and_section_5_needs_no_fp8_layout():
 
 
 def test_section_10_names_the_scale_dtype_of_each_fp8_recipe():
-    import json
-    from pathlib import Path
+    from tests.support import cells, notebook, source
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
-    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    sources = [source(c) for c in cells(notebook("00"))]
     finding = next(s for s in sources if s.startswith("**Finding.** The median relative error of e4m3"))
     text = " ".join(finding.split())
     for words in ("per-tensor and per-row scales", "block of 128 values", "are float32", "one e8m0 scale",

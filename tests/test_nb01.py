@@ -3,11 +3,9 @@ exercise solutions of notebook 01: they give the right answers, and grade() reje
 from __future__ import annotations
 
 import copy
-import json
 import math
 import statistics
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -450,14 +448,9 @@ WRONG_01_5 = {  # name: (answer, the feedback must contain)
 
 def given_speedup():
     """The ``speedup`` of notebook 01's exercise cell, as the learner finds it."""
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "01_half_precision_inference.ipynb"
-    for cell in json.loads(path.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and source.startswith("def speedup("):
-            namespace = {"time": time}
-            exec(source, namespace)
-            return namespace["speedup"]
-    raise LookupError("speedup")
+    from tests.support import definitions
+
+    return definitions("01", "speedup", namespace={"time": time})["speedup"]
 
 
 @pytest.mark.parametrize("name", WRONG_01_5)

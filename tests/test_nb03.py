@@ -224,16 +224,10 @@ def test_03_5_plausible_wrong_counts_are_named():
 
 
 def test_03_5_the_notebook_builds_the_model_the_check_counts():
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import cell_containing
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
-    cells = [cell for cell in json.loads(path.read_text())["cells"]
-             if cell["cell_type"] == "code" and "model_5 = " in "".join(cell["source"])]
-    assert len(cells) == 1
     namespace = {"torch": torch, "nn": nn}
-    exec(compile(ast.parse("".join(cells[0]["source"])), path.name, "exec"), namespace)
+    exec(cell_containing("03", "model_5 = "), namespace)
     with torch.random.fork_rng(devices=[]):
         assert repr(namespace["model_5"]) == repr(sol.exercise_03_5_model())
     assert namespace["answer_5"] is None
@@ -508,19 +502,9 @@ def given_class(name: str):
 
 def given_function(name: str):
     """The function or class ``name`` exactly as notebook 03's exercise cell defines it."""
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import definitions
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
-    for cell in json.loads(path.read_text())["cells"]:
-        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
-        for node in tree.body if tree else []:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-                namespace = {"torch": torch, "nn": nn, "F": F}
-                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
-                return namespace[name]
-    raise LookupError(name)
+    return definitions("03", name, namespace={"torch": torch, "nn": nn, "F": F})[name]
 
 
 @pytest.mark.parametrize("name, key", [("train_five_steps", "03.1"), ("train_detector", "03.3")])

@@ -111,3 +111,29 @@ def test_the_cell_loader_runs_only_the_definitions_asked_for():
             assert callable(function) and set(namespace) <= {names[0], "__builtins__"}
             return
     pytest.skip("no notebook defines a function at the top level of a cell")
+
+
+def _reads_notebook_json(text: str) -> list[int]:
+    """Lines of a test file that take a notebook's ``["cells"]`` or call ``nbformat.read`` (the loader's job)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        cells_key = isinstance(node, ast.Subscript) and getattr(node.slice, "value", None) == "cells"
+        nbformat_read = isinstance(node, ast.Attribute) and node.attr == "read" and \
+            getattr(node.value, "id", None) == "nbformat"
+        if cells_key or nbformat_read:
+            found.append(node.lineno)
+    return found
+
+
+def test_every_test_reads_notebooks_through_the_one_loader():
+    """Only tests/support.py parses notebook JSON; a test that reads ``["cells"]`` itself is a second loader."""
+    from pathlib import Path
+
+    assert _reads_notebook_json('cells = json.loads(path.read_text())["cells"]') == [1]
+    assert _reads_notebook_json('nb = nbformat.read(path, 4)') == [1]
+    tests = Path(__file__).resolve().parent
+    readers = {path.name: _reads_notebook_json(path.read_text()) for path in sorted(tests.glob("*.py"))
+               if path.name != "support.py"}
+    assert {name: lines for name, lines in readers.items() if lines} == {}
