@@ -28,7 +28,8 @@ class Comparison(NamedTuple):
 
 
 def synchronizer(device: str | torch.device) -> Callable[[], None]:
-    """A function that waits for the device's queued work (a GPU runs asynchronously; a CPU needs none)."""
+    """A function that waits for the device's queued work (a GPU runs asynchronously; a CPU
+    needs none)."""
     kind = torch.device(device).type
     if kind == "cuda":
         return lambda: torch.cuda.synchronize(device)
