@@ -177,13 +177,13 @@ def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
     advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
     assert advice["training"].how == "float32" and advice["batched inference"].how == "float32"
     assert rate in advice["training"].reason
-    assert helpers.device.tensor_cores() is False
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is False
     fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
-    assert helpers.device.tensor_cores() is True
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is True
     advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
     assert advice["training"].how == "autocast + GradScaler"
     fake_cuda(Gpu("Quadro RTX 4000", (7, 5), None))  # TU104: tensor cores, a T in no model number
-    assert helpers.device.tensor_cores() is True
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is True
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
