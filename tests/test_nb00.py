@@ -6,6 +6,7 @@ import torch
 
 from helpers import exercises
 from helpers import nb00 as lab
+from tests.support import fresh_part
 
 SIZE = 4096
 
@@ -161,16 +162,14 @@ if hasattr(m, "fp32_precision"):
 """
 
 
-def test_ngc_tf32_variable_on_cpu_as_section_9_says():
-    """00 §9: under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 torch starts at "high"; "highest" undoes it; setting
-    only the new API to "ieee" makes a legacy allow_tf32 read raise while the precision still says "high"."""
-    import os
-    import subprocess
-    import sys
+NGC_PART = fresh_part("00 §9: NGC's variable on a CPU", NGC_CHECK, order=90)  # last: it changes TF32 state
 
-    env = dict(os.environ, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1")
-    out = subprocess.run([sys.executable, "-c", NGC_CHECK], env=env, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+
+def test_ngc_tf32_variable_on_cpu_as_section_9_says(fresh_interpreter):
+    """00 §9: under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 torch starts at "high"; "highest" undoes it; setting
+    only the new API to "ieee" makes a legacy allow_tf32 read raise while the precision still says "high"
+    (the shared fresh interpreter, started with that variable)."""
+    out = fresh_interpreter.parts[NGC_PART].splitlines()
     assert out[:2] == ["high True", "highest False"]
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         assert out[2] == "legacy read refused high"
