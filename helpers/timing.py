@@ -49,7 +49,8 @@ def seconds_per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None]
 
 def verdict(ratios: list[float], margin: float) -> str:
     """Faster or slower only when the median clears the margin and the middle half of the rounds
-    agree, on a machine steady enough that the middle half of the rounds lie within a factor of 2."""
+    agree, on a machine steady enough that the middle half of the rounds lie within a factor
+    of 2."""
     ordered = sorted(ratios)
     quarter = len(ordered) // 4
     lower_quartile = ordered[quarter]
@@ -74,7 +75,8 @@ def calls_per_round(fn: Callable[[], Any], round_s: float, sync: Callable[[], No
 def compare(baseline: Callable[[], Any], candidate: Callable[[], Any], *,
             threads: int | None = None, rounds: int = 7, round_s: float = 0.05, margin: float = 0.1,
             device: str | torch.device = "cpu") -> Comparison:
-    """Time ``candidate`` against ``baseline`` in paired, interleaved rounds at ``threads`` threads."""
+    """Time ``candidate`` against ``baseline`` in paired, interleaved rounds at ``threads``
+    threads."""
     threads = threads or torch.get_num_threads()
     sync = synchronizer(device)
     previous_threads = torch.get_num_threads()
