@@ -10,10 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import peaks
 from .device import tf32_flags
 from .dtype_trace import OpObserver
-from .measure import cuda_memory, time_it
+from .measure import cuda_memory
 from .model import DATA_DIR
 
 BENCH_DIR = DATA_DIR / "benchmarks"
@@ -26,7 +25,6 @@ MODES = {"float32": (torch.float32, None), "tf32": (torch.float32, None),
          "autocast_float16": (torch.float32, torch.float16),
          "autocast_bfloat16": (torch.float32, torch.bfloat16)}
 INFERENCE_MODES = tuple(MODES)
-GEMM_DTYPES = INFERENCE_MODES[:4]
 
 
 def load_records(directory: str | Path = BENCH_DIR, device: str | None = None) -> list[dict]:
@@ -77,41 +75,6 @@ def peak_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
     return result, peak[0]
 
 
-def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str,
-             min_run_time: float, with_memory: bool = True) -> tuple[float, tuple | None]:
-    """One warm-up call, then (median seconds, memory of one call); TF32 on only in 'tf32'."""
-    with tf32_flags(mode == "tf32"):
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # the warm-up (cudnn.benchmark's autotuning) ends first
-        # weights, inputs made before: not this call's
-        memory = (None if not with_memory else tuple(cuda_memory(fn, device))
-                  if device.type == "cuda" else (peak_tensor_bytes(fn)[1], None))
-        seconds = time_it(fn, label=label, sub_label=mode, min_run_time=min_run_time).median
-    return seconds, memory
-
-
-def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
-         min_run_time: float = 0.5) -> dict[str, Any]:
-    """TFLOP/s of an n x n matmul in ``dtype``, peak and fraction of it; "absent": why not here."""
-    device = torch.device(device)
-    if dtype not in GEMM_DTYPES:
-        raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
-    entry: dict[str, Any] = {"dtype": dtype, "n": n, "tflops": None, "seconds": None}
-    if absent_reason(dtype, device):
-        entry["absent"] = absent_reason(dtype, device)
-    else:
-        generator = torch.Generator(device).manual_seed(0)
-        a, b = (torch.randn(n, n, device=device, generator=generator, dtype=MODES[dtype][0])
-                for _ in range(2))
-        seconds, _ = _measure(lambda: a @ b, device, "gemm", dtype, min_run_time, with_memory=False)
-        entry.update(tflops=2 * n**3 / seconds / 1e12, seconds=seconds)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    peak = peaks.peak_tflops(name, dtype) if name else None
-    share = None if peak is None or entry["tflops"] is None else entry["tflops"] / peak
-    return {**entry, "peak_tflops": peak, "fraction_of_peak": share}
-
-
 def prepare_model(model: nn.Module, mode: str, device: str | torch.device = "cpu") -> nn.Module:
     """A copy of fp32 ``model`` for inference in ``mode``: on ``device``, eval, channels_last."""
     return copy.deepcopy(model).to(device=device, dtype=mode_dtypes(mode)[0]).eval().to(
@@ -136,17 +99,6 @@ def forward_fn(net: nn.Module, x: torch.Tensor, mode: str = "float32") -> Callab
     return forward
 
 
-def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224,
-              min_run_time: float = 0.5, model_name: str = MODEL) -> dict[str, Any]:
-    """Latency, throughput and memory of ``net`` (:func:`prepare_model`) on random images."""
-    device = next(net.parameters()).device
-    forward = forward_fn(net, _images(batch, image_size, device, mode_dtypes(mode)[0])[0], mode)
-    seconds, (memory, reserved) = _measure(forward, device, "inference", mode, min_run_time)
-    return {"model": model_name, "dtype": mode, "batch": batch, "images_per_s": batch / seconds,
-            "latency_ms": seconds * 1e3, "peak_memory_bytes": memory,
-            "peak_reserved_bytes": reserved}
-
-
 def inference_memory(net: nn.Module, mode: str, batch: int, *, image_size: int = 224) -> dict[str, Any]:
     """The memory of one request batch of ``net`` (:func:`prepare_model`) in ``mode``, untimed.
 
@@ -164,13 +116,6 @@ def inference_memory(net: nn.Module, mode: str, batch: int, *, image_size: int =
         reserved = None
     return {"model": MODEL, "dtype": mode, "batch": batch, "peak_memory_bytes": memory,
             "peak_reserved_bytes": reserved}
-
-
-def speedups(values: dict[str, float], lower_is_faster: bool = False) -> dict[str, dict]:
-    """``{mode: {baseline: speed-up}}`` over "float32" (strict) and "tf32" in ``values``."""
-    bases = [b for b in ("float32", "tf32") if b in values]
-    return {m: {b: (values[b] / v if lower_is_faster else v / values[b]) for b in bases}
-            for m, v in values.items() if m not in ("float32", "tf32")}
 
 
 def plot_inference(records: Sequence[dict], ax=None, metric: str = "images_per_s"):

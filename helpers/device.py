@@ -227,11 +227,6 @@ def cpu_flags() -> set[str]:
     return set(next(iter(_cpuinfo("flags")), "").split())
 
 
-def tensor_cores(device: str | torch.device = "cuda") -> bool:
-    """sm_70 on, but not TU116/TU117 (GTX 16xx, MX450/550, T400-T2000: datasheet); 07 §1."""
-    return torch.float16 in native_dtypes(describe_device(device))
-
-
 def workload(dtype: torch.dtype | str, full: int, reduced: int,
              device: str | torch.device = "cpu") -> int:
     """``full`` where ``dtype`` is float32 or native on ``device`` (:func:`native_dtypes`), else

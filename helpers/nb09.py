@@ -34,8 +34,8 @@ def forever(data):
         yield from data  # a new pass over the loader each time one ends
 
 
-# The training step and the op log below are notebook 09 section 1's cells, typed there (the step
-# calls ``lab.forever``); kept here for the exercise checks. A test fails if the copies drift apart.
+# The training step and the op log below are notebook 09 section 1's cells, marked there as copies
+# (tools/copies.py checks them); kept here for the exercise checks.
 class Step:
     """One training step: forward under autocast in ``dtype`` (None: float32), the loss in float32,
     backward, AdamW, zero_grad; with float16 a GradScaler. ``sync``: ``.item()`` every step."""

@@ -237,6 +237,8 @@ def choose_precision(d: dict) -> dict[str, Advice]:
         chat = Advice(torch.bfloat16, "16-bit weights", f"{where}: decoding reads every weight "
                       "per token; 16-bit weights halve the bytes")
     return {"training": training, "batched inference": batched, "chat decoding": chat}
+
+
 # <<< end of copy
 
 

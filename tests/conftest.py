@@ -1,8 +1,15 @@
 """Unit tests measure into a private speed-profile cache, never the learner's ~/.cache/amp-course; and every
 notebook cell nbval collects is marked ``slow``, so ``pytest -m "not slow"`` is the fast loop (CONTRIBUTING)."""
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+
+from tests import support
 
 _fresh = itertools.count()
 
@@ -14,6 +21,24 @@ def private_speed_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("AMP_COURSE_CACHE", str(directory))
 
 
+class FreshRun(NamedTuple):
+    parts: dict[str, str]  # what each registered part printed
+    stderr: str  # what the whole interpreter printed there (nothing, unless something warned)
+    returncode: int
+
+
+@pytest.fixture(scope="session")
+def fresh_interpreter(tmp_path_factory) -> FreshRun:
+    """Every part registered with ``tests.support.fresh_part``, run once in one new interpreter (one torch import
+    for all: issue 42), with NGC's TF32 variable set and CUDA_HOME pointing at an empty folder."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "CUDA_HOME": str(tmp_path_factory.mktemp("cuda_home")),
+           **support.FRESH_ENV}
+    done = subprocess.run([sys.executable, "-c", support.fresh_script()], env=env, capture_output=True, text=True,
+                          timeout=300)
+    return FreshRun(support.split_parts(done.stdout), done.stderr, done.returncode)
+
+
 # Unit tests over about 2 s on a quiet 2-core CPU, in test files whose owners have not shrunk them yet (issue 33:
 # the smallest model that still catches the wrong answer, fresh interpreters merged). Marked slow here so the fast
 # loop is fast now; delete an entry once its test is fast (or marked @pytest.mark.slow in its own file). Each entry
@@ -22,9 +47,6 @@ SLOW_UNTIL_SHRUNK = (
     "tests/test_bench.py::test_main_quick_records_a_valid_file",
     "tests/test_bench.py::test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first",
     "tests/test_bench.py::test_train_step_leaves_the_model_alone_and_counts_gradients",
-    "tests/test_device.py::test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu",
-    "tests/test_device.py::test_the_ngc_variable_turns_tf32_on_at_startup_and_strict_fp32_still_turns_it_off",
-    "tests/test_nb00.py::test_ngc_tf32_variable_on_cpu_as_section_9_says",
     "tests/test_nb01.py::test_01_1_saved_bytes_of_the_half_model",
     "tests/test_nb01.py::test_01_4_right_repairs_are_accepted",
     "tests/test_nb01.py::test_01_4_wrong_repairs_are_rejected_with_what_failed",

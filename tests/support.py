@@ -37,6 +37,11 @@ def source(cell: dict) -> str:
     return text
 
 
+def text(path: Path) -> str:
+    """The prose and code of every cell of the notebook at ``path`` (not its outputs), cells apart by a blank line."""
+    return "\n\n".join(source(cell) for cell in cells(path))
+
+
 def tags(cell: dict) -> set[str]:
     """A cell's tags (nbval-ignore-output, raises-exception, ...)."""
     return set(cell.get("metadata", {}).get("tags", []))
@@ -78,3 +83,40 @@ def definitions(prefix: str, *names: str, namespace: dict | None = None) -> dict
     if missing:
         raise LookupError(f"{path.name} defines no {missing}")
     return {name: namespace[name] for name in names}
+
+
+# --- one fresh interpreter for the checks that need one (process-wide state: TF32 at startup, what an import
+# prints). Each test module registers its code at import; the ``fresh_interpreter`` fixture (tests/conftest.py)
+# runs every registered part once, in ``order``, in one new interpreter, and hands each test its part's output.
+FRESH_ENV = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # NGC's variable; CUDA_HOME is set to an empty folder too
+FRESH_PARTS: dict[str, tuple[int, str]] = {}  # name -> (order, code)
+_PART = "### part "
+
+
+def fresh_part(name: str, code: str, order: int = 50) -> str:
+    """Register ``code`` to run in the shared fresh interpreter (lower ``order`` first); returns ``name``."""
+    FRESH_PARTS[name] = (order, code)
+    return name
+
+
+def fresh_script() -> str:
+    """One script running every registered part in its own namespace, each output under a ``### part`` line;
+    a part that raises prints the error there (stdout), so the other parts still run."""
+    lines = ["import traceback"]
+    for name, (_, code) in sorted(FRESH_PARTS.items(), key=lambda item: item[1][0]):
+        lines += [f"print({_PART + name!r}, flush=True)", "try:",
+                  f"    exec(compile({code!r}, {name!r}, 'exec'), {{'__name__': '__main__'}})",
+                  "except Exception:", "    print('raised:', traceback.format_exc().splitlines()[-1])"]
+    return "\n".join(lines)
+
+
+def split_parts(stdout: str) -> dict[str, str]:
+    """``{name: what that part printed}`` from the fresh interpreter's stdout."""
+    parts, name = {}, None
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(_PART):
+            name = line[len(_PART):].rstrip("\n")
+            parts[name] = ""
+        elif name is not None:
+            parts[name] += line
+    return parts

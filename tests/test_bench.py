@@ -51,7 +51,7 @@ def assert_documented_fields(record: dict) -> None:
     assert {"device_name", "threads", "gpu_capability"} <= set(record["machine"])
     assert {"torch", "torchvision", "cuda"} <= set(record["versions"])
     for entry in record["gemm"]:
-        assert {"dtype", "n", "tflops"} <= set(entry) and entry["dtype"] in bench.GEMM_DTYPES
+        assert {"dtype", "n", "tflops"} <= set(entry) and entry["dtype"] in recorder.GEMM_DTYPES
         assert entry.get("absent") if entry["tflops"] is None else entry["tflops"] > 0  # a missing number says why
     for entry in record["inference"]:
         assert {"model", "dtype", "batch", "images_per_s", "latency_ms", "peak_memory_bytes"} <= set(entry)
@@ -141,7 +141,7 @@ def test_mode_dtypes_is_the_one_map_of_modes_to_dtypes():
     assert bench.mode_dtypes("bfloat16") == (torch.bfloat16, None)
     assert bench.mode_dtypes("autocast_float16") == (torch.float32, torch.float16)
     assert bench.mode_dtypes("tf32") == bench.mode_dtypes("float32") == (torch.float32, None)
-    assert bench.INFERENCE_MODES == tuple(bench.MODES) and set(bench.GEMM_DTYPES) < set(bench.MODES)
+    assert bench.INFERENCE_MODES == tuple(bench.MODES) and set(recorder.GEMM_DTYPES) < set(bench.MODES)
     with pytest.raises(ValueError, match="Unknown mode"):
         bench.mode_dtypes("int8")
 
@@ -166,15 +166,15 @@ def test_forward_fn_opens_inference_mode_autocast_and_tf32_as_its_mode_says(mode
 
 
 def test_speedups_against_each_float32_baseline():
-    assert bench.speedups({"float32": 10.0, "tf32": 20.0, "bfloat16": 40.0}) == {
+    assert recorder.speedups({"float32": 10.0, "tf32": 20.0, "bfloat16": 40.0}) == {
         "bfloat16": {"float32": 4.0, "tf32": 2.0}}
-    assert bench.speedups({"float32": 4.0, "float16": 2.0}, lower_is_faster=True) == {"float16": {"float32": 2.0}}
+    assert recorder.speedups({"float32": 4.0, "float16": 2.0}, lower_is_faster=True) == {"float16": {"float32": 2.0}}
 
 
 def test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first(monkeypatch):
     """The GPU path's flag handling and warm-up, exercised on CPU (the flags are plain settings there)."""
     seen, calls = [], []
-    real_time_it = bench.time_it
+    real_time_it = recorder.time_it
 
     def spy(fn, **kwargs):
         seen.append((kwargs["sub_label"], torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
@@ -190,14 +190,14 @@ def test_only_tf32_modes_run_with_tf32_on_and_every_measurement_warms_up_first(m
             calls.append(1)
             return self.net(x)
 
-    monkeypatch.setattr(bench, "time_it", spy)
-    monkeypatch.setattr(bench, "absent_reason", lambda mode, device: None)  # pretend TF32 exists here
-    bench.gemm("tf32", 32, "cpu", min_run_time=0.01)
-    bench.gemm("float32", 32, "cpu", min_run_time=0.01)
+    monkeypatch.setattr(recorder, "time_it", spy)
+    monkeypatch.setattr(recorder, "absent_reason", lambda mode, device: None)  # pretend TF32 exists here
+    recorder.gemm("tf32", 32, "cpu", min_run_time=0.01)
+    recorder.gemm("float32", 32, "cpu", min_run_time=0.01)
     assert seen == [("tf32", True, True, 0), ("float32", False, False, 0)]
     for mode in ("tf32", "float32", "autocast_bfloat16"):
         seen.clear(), calls.clear()
-        bench.inference(bench.prepare_model(Counting(), mode), mode, 1, image_size=16, min_run_time=0.01)
+        recorder.inference(bench.prepare_model(Counting(), mode), mode, 1, image_size=16, min_run_time=0.01)
         assert seen == [(mode, mode == "tf32", mode == "tf32", 2)]  # warm-up and memory calls before timing
     for mode in ("tf32", "float32"):
         seen.clear(), calls.clear()
@@ -255,23 +255,23 @@ def test_peak_tensor_bytes_halves_in_bfloat16():
 
 
 def test_measure_on_cpu_counts_the_tensors_one_call_creates():
-    seconds, memory = bench._measure(lambda: torch.empty(10), torch.device("cpu"), "test", "float32", 0.01)
+    seconds, memory = recorder._measure(lambda: torch.empty(10), torch.device("cpu"), "test", "float32", 0.01)
     assert seconds > 0 and memory == (40, None)  # 10 float32 elements; no reserved memory on a CPU
-    assert bench._measure(lambda: None, torch.device("cpu"), "test", "float32", 0.01, with_memory=False)[1] is None
+    assert recorder._measure(lambda: None, torch.device("cpu"), "test", "float32", 0.01, with_memory=False)[1] is None
 
 
 # ---------------------------------------------------------------------------------------- measurements
 
 def test_gemm_measures_and_tf32_is_absent_on_cpu():
-    entry = bench.gemm("float32", 64, "cpu", min_run_time=0.01)
+    entry = recorder.gemm("float32", 64, "cpu", min_run_time=0.01)
     assert entry["tflops"] > 0
     assert math.isclose(entry["tflops"], 2 * 64**3 / entry["seconds"] / 1e12)
     assert entry["peak_tflops"] is None and entry["fraction_of_peak"] is None  # no datasheet peak for a CPU
-    absent = bench.gemm("tf32", 64, "cpu")
+    absent = recorder.gemm("tf32", 64, "cpu")
     assert absent["tflops"] is None and absent["seconds"] is None and "TF32" in absent["absent"]
-    assert bench.gemm("bfloat16", 32, "cpu", min_run_time=0.01)["tflops"] > 0
+    assert recorder.gemm("bfloat16", 32, "cpu", min_run_time=0.01)["tflops"] > 0
     with pytest.raises(ValueError, match="Unknown GEMM dtype"):
-        bench.gemm("int8", 64)
+        recorder.gemm("int8", 64)
 
 
 def test_prepare_model_converts_a_copy():
@@ -286,7 +286,7 @@ def test_prepare_model_converts_a_copy():
 @pytest.mark.parametrize("mode", ["float32", "bfloat16", "autocast_bfloat16", "float16"])
 def test_inference_entry(mode):
     net = bench.prepare_model(tiny_model(), mode)
-    entry = bench.inference(net, mode, 2, image_size=16, min_run_time=0.01, model_name="tiny")
+    entry = recorder.inference(net, mode, 2, image_size=16, min_run_time=0.01, model_name="tiny")
     assert entry["model"] == "tiny" and entry["dtype"] == mode and entry["batch"] == 2
     assert math.isclose(entry["images_per_s"], 2 / (entry["latency_ms"] / 1e3))
     # the conv's output alone: 2 images x 8 channels x 16 x 16, in the dtype the conv computes in
@@ -355,7 +355,7 @@ def test_main_quick_records_a_valid_file(tiny_bench, tmp_path, capsys):
     assert saved == json.loads(json.dumps(record))
     assert saved["command"].endswith("--note 'unit test'") and saved["command"].startswith(bench.REPRODUCE)
     assert saved["settings"]["note"] == "unit test" and saved["settings"]["quick"] is True
-    assert [e["dtype"] for e in saved["gemm"]] == list(bench.GEMM_DTYPES)
+    assert [e["dtype"] for e in saved["gemm"]] == list(recorder.GEMM_DTYPES)
     assert next(e for e in saved["gemm"] if e["dtype"] == "tf32")["tflops"] is None
     assert {e["dtype"] for e in saved["inference"]} == set(bench.INFERENCE_MODES) - {"tf32"}
     assert {e["mode"] for e in saved["train_step"]} == {"float32", "autocast_bfloat16"}

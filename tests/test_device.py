@@ -7,6 +7,7 @@ import torch
 import helpers
 from helpers import device as device_module
 from helpers import precision as precision_module
+from tests.support import fresh_part
 
 
 def test_pick_device_defaults_to_an_available_device():
@@ -143,19 +144,15 @@ def test_environment_report_names_versions_and_device():
     assert report["autocast dtype here"] == "torch.bfloat16"
 
 
-def test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu(tmp_path):
-    """torch 2.4 prints "No CUDA runtime is found" when torch.utils.benchmark loads with CUDA_HOME set and no GPU."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+IMPORT_PART = fresh_part("import the helpers", "import helpers, helpers.measure, torch.utils.benchmark\n"
+                         "print('imported')", order=0)
 
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "CUDA_HOME": str(tmp_path), "PYTHONPATH": str(root)}
-    code = "import helpers, helpers.measure, torch.utils.benchmark; print('imported')"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout == "imported\n"
-    assert done.stderr == ""
+
+def test_importing_the_helpers_prints_nothing_where_a_cuda_toolkit_has_no_gpu(fresh_interpreter):
+    """torch 2.4 prints "No CUDA runtime is found" when torch.utils.benchmark loads with CUDA_HOME set and no GPU
+    (the shared fresh interpreter runs this part first, with CUDA_HOME set to an empty folder)."""
+    assert fresh_interpreter.returncode == 0 and fresh_interpreter.parts[IMPORT_PART] == "imported\n"
+    assert fresh_interpreter.stderr == ""
 
 
 # ------------------------------------------------------------------ TF32: two APIs, two variables
@@ -168,21 +165,6 @@ def new_api_state() -> dict[str, str]:
     return {name: holder.fp32_precision for name, holder in device_module._new_tf32_api()}
 
 
-def run_isolated(code: str, **env: str) -> str:
-    """Run ``code`` in a fresh interpreter (TF32 state is process-wide), return what it printed."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    environment = {**os.environ, "PYTHONPATH": str(root), **env}
-    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_tf32_settings_report_the_defaults_this_environment_gives():
     settings = helpers.device.tf32_settings()
     assert settings["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
@@ -193,18 +175,22 @@ def test_tf32_settings_report_the_defaults_this_environment_gives():
     assert settings["torch.backends.cudnn.allow_tf32"] is True
 
 
-def test_the_ngc_variable_turns_tf32_on_at_startup_and_strict_fp32_still_turns_it_off():
-    code = ("import torch, helpers\n"
-            "before = helpers.device.tf32_settings()\n"
-            "with helpers.strict_fp32():  # a learner's new-API setting inside a block\n"
-            "    if hasattr(torch.backends.cuda.matmul, 'fp32_precision'):\n"
-            "        torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
-            "with helpers.strict_fp32():\n"
-            "    inside = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())\n"
-            "print(before['torch.backends.cuda.matmul.allow_tf32'], before['torch.get_float32_matmul_precision()'],"
-            " inside, helpers.device.tf32_settings() == before)")
-    assert run_isolated(code, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1").split() == \
-        ["True", "high", "(False,", "'highest')", "True"]
+NGC_PART = fresh_part("NGC's variable and strict_fp32", (
+    "import torch, helpers\n"
+    "before = helpers.device.tf32_settings()\n"
+    "with helpers.strict_fp32():  # a learner's new-API setting inside a block\n"
+    "    if hasattr(torch.backends.cuda.matmul, 'fp32_precision'):\n"
+    "        torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+    "with helpers.strict_fp32():\n"
+    "    inside = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())\n"
+    "print(before['torch.backends.cuda.matmul.allow_tf32'], before['torch.get_float32_matmul_precision()'],"
+    " inside, helpers.device.tf32_settings() == before)"), order=10)
+
+
+def test_the_ngc_variable_turns_tf32_on_at_startup_and_strict_fp32_still_turns_it_off(fresh_interpreter):
+    """In the shared fresh interpreter, started with TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (TF32 state is
+    process-wide)."""
+    assert fresh_interpreter.parts[NGC_PART].split() == ["True", "high", "(False,", "'highest')", "True"]
 
 
 ORDERS = {  # how a learner or library may have set TF32 before calling the course's helpers

@@ -1,9 +1,12 @@
 """helpers.nb00 (the roofline's reading, the verdict and format tables) and notebook 00's solutions."""
+import statistics
+
 import pytest
 import torch
 
 from helpers import exercises
 from helpers import nb00 as lab
+from tests.support import fresh_part
 
 SIZE = 4096
 
@@ -128,7 +131,19 @@ def test_exercise_00_4_rejects_a_typed_count_of_10000_and_names_it():
 
 def test_exercise_00_4_names_the_stalled_float16_total():
     reason = exercises.feedback("00.4", running_mean(torch.float16))
-    assert reason is not None and "notebook's losses" in reason and "a float16 total stalls" in reason
+    assert reason is not None and "notebook's losses" in reason and "a float16 running total stalls" in reason
+
+
+@pytest.mark.parametrize("median", [lambda x: x.float().median().item(), lambda x: statistics.median(x.tolist())])
+def test_exercise_00_4_names_a_median_as_a_median_not_a_stalled_total(median):
+    reason = exercises.feedback("00.4", median)
+    assert reason is not None and "10,000 other" in reason and "their median" in reason and "stalls" not in reason
+
+
+@pytest.mark.parametrize("typed", [2.3, 2.298])
+def test_exercise_00_4_names_a_typed_value_as_one(typed):
+    reason = exercises.feedback("00.4", lambda losses: typed)
+    assert reason is not None and "whatever the losses" in reason and "stalls" not in reason
 
 
 NGC_CHECK = """
@@ -147,28 +162,25 @@ if hasattr(m, "fp32_precision"):
 """
 
 
-def test_ngc_tf32_variable_on_cpu_as_section_9_says():
-    """00 §9: under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 torch starts at "high"; "highest" undoes it; setting
-    only the new API to "ieee" makes a legacy allow_tf32 read raise while the precision still says "high"."""
-    import os
-    import subprocess
-    import sys
+NGC_PART = fresh_part("00 §9: NGC's variable on a CPU", NGC_CHECK, order=90)  # last: it changes TF32 state
 
-    env = dict(os.environ, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="1")
-    out = subprocess.run([sys.executable, "-c", NGC_CHECK], env=env, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+
+def test_ngc_tf32_variable_on_cpu_as_section_9_says(fresh_interpreter):
+    """00 §9: under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 torch starts at "high"; "highest" undoes it; setting
+    only the new API to "ieee" makes a legacy allow_tf32 read raise while the precision still says "high"
+    (the shared fresh interpreter, started with that variable)."""
+    out = fresh_interpreter.parts[NGC_PART].splitlines()
     assert out[:2] == ["high True", "highest False"]
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         assert out[2] == "legacy read refused high"
 
 
 def test_notebook_00_names_its_machine_first_and_prints_the_rules_advice_without_measuring():
-    import json
-    from pathlib import Path
+    from tests.support import cells as notebook_cells
+    from tests.support import notebook, source
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
-    cells = json.loads(path.read_text())["cells"]
-    sources = ["".join(c["source"]) for c in cells]
+    cells = notebook_cells(notebook("00"))
+    sources = [source(c) for c in cells]
     code = [s for c, s in zip(cells, sources) if c["cell_type"] == "code"]
     assert "print(helpers.machine_stamp(device))" in code[0]
     section_1 = next(i for i, text in enumerate(sources) if text.startswith("## 1."))
@@ -180,12 +192,11 @@ def test_notebook_00_names_its_machine_first_and_prints_the_rules_advice_without
 
 
 def test_stop_1_ends_with_its_recap_and_section_5_needs_no_fp8_layout():
-    import json
     import re
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
-    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    from tests.support import cells, notebook, source
+
+    sources = [source(c) for c in cells(notebook("00"))]
     start = next(i for i, s in enumerate(sources) if s.startswith("## 5."))
     end = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
     section_5 = "\n".join(sources[start:end])
@@ -196,11 +207,9 @@ def test_stop_1_ends_with_its_recap_and_section_5_needs_no_fp8_layout():
 
 
 def test_section_10_names_the_scale_dtype_of_each_fp8_recipe():
-    import json
-    from pathlib import Path
+    from tests.support import cells, notebook, source
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "00_setup_and_number_formats.ipynb"
-    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    sources = [source(c) for c in cells(notebook("00"))]
     finding = next(s for s in sources if s.startswith("**Finding.** The median relative error of e4m3"))
     text = " ".join(finding.split())
     for words in ("per-tensor and per-row scales", "block of 128 values", "are float32", "one e8m0 scale",

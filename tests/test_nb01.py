@@ -3,11 +3,9 @@ exercise solutions of notebook 01: they give the right answers, and grade() reje
 from __future__ import annotations
 
 import copy
-import json
 import math
 import statistics
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -290,17 +288,18 @@ def test_unknown_exercise():
 
 # --- 01.5: time two variants with the paired method ---------------------------------------------------------------
 
-def _rounds(baseline, candidate, rounds, calls=3):
-    """Paired, alternating rounds of ``calls`` calls each: (baseline s, candidate s) per round."""
+def _rounds(baseline, candidate, rounds, calls=3, alternate=True, clock="perf_counter"):
+    """Paired rounds of ``calls`` calls each, the order alternating: (baseline s, candidate s) per round. ``clock``:
+    the ``time`` function read (looked up at each call, as ``time.perf_counter()`` in a learner's cell is)."""
     def seconds(fn):
-        start = time.perf_counter()
+        start = getattr(time, clock)()
         for _ in range(calls):
             fn()
-        return time.perf_counter() - start
+        return getattr(time, clock)() - start
 
     times = []
     for i in range(rounds):
-        if i % 2 == 0:
+        if i % 2 == 0 or not alternate:
             a = seconds(baseline)
             b = seconds(candidate)
         else:
@@ -370,10 +369,61 @@ def one_number(baseline, candidate, threads, rounds=5):
     return by_hand(baseline, candidate, threads, rounds)[0]
 
 
+def one_call_per_round(baseline, candidate, threads, rounds=5):
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds, calls=1))
+    return _summary([a / b for a, b in times])
+
+
+def never_alternates(baseline, candidate, threads, rounds=5):
+    """The baseline first in every round."""
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds, alternate=False))
+    return _summary([a / b for a, b in times])
+
+
+def pooled(baseline, candidate, threads, rounds=5):
+    """One ratio of the summed times, returned three times."""
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds))
+    ratio = sum(a for a, _ in times) / sum(b for _, b in times)
+    return ratio, ratio, ratio
+
+
+def names_swapped(baseline, candidate, threads, rounds=5):
+    """An "alternation" that swaps the names: every other round's ratio is candidate / baseline."""
+    def work():
+        ratios = []
+        for i in range(rounds):
+            first, second = (baseline, candidate) if i % 2 == 0 else (candidate, baseline)
+            a, b = _rounds(first, second, 1, alternate=False)[0]
+            ratios.append(a / b)
+        return ratios
+    return _summary(_at_threads(threads, work))
+
+
+def cpu_clock(baseline, candidate, threads, rounds=5):
+    """By hand, but timed with time.process_time: right by chance where the variants keep the CPU busy."""
+    times = _at_threads(threads, lambda: _rounds(baseline, candidate, rounds, clock="process_time"))
+    return _summary([a / max(b, 1e-9) for a, b in times])
+
+
+def never_runs(baseline, candidate, threads, rounds=5):
+    return 1.96, 1.9, 2.0
+
+
+def three_rounds(baseline, candidate, threads, rounds=5):
+    return by_hand(baseline, candidate, threads, rounds=3)
+
+
 WRONG_01_5 = {  # name: (answer, the feedback must contain)
     "as given": (None, "requested thread count"),  # the notebook's cell, loaded below
     "unpaired: all baseline rounds, then all candidate rounds": (unpaired, "pair them"),
-    "a single call of each": (single_call, "ran only 1 time"),
+    "a single call of each": (single_call, "timed 1 call"),
+    "one call per side per round": (one_call_per_round, "timed 1 call"),
+    "rounds that never alternate": (never_alternates, "baseline went first in every round"),
+    "one pooled ratio returned three times": (pooled, "one ratio three times"),
+    "names swapped every other round": (names_swapped, "the baseline's time per call is still the numerator"),
+    "time.process_time": (cpu_clock, "CPU-time clock"),
+    "never runs the variants": (never_runs, "never called both"),
+    "three rounds, hard-coded": (three_rounds, "3 paired rounds, not the 5"),
     "threads ignored": (ignores_threads, "requested thread count"),
     "threads set, never restored": (threads_not_restored, "put back"),
     "the mean of one side": (mean_of_one_side, "seconds of one side"),
@@ -385,14 +435,9 @@ WRONG_01_5 = {  # name: (answer, the feedback must contain)
 
 def given_speedup():
     """The ``speedup`` of notebook 01's exercise cell, as the learner finds it."""
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "01_half_precision_inference.ipynb"
-    for cell in json.loads(path.read_text())["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and source.startswith("def speedup("):
-            namespace = {"time": time}
-            exec(source, namespace)
-            return namespace["speedup"]
-    raise LookupError("speedup")
+    from tests.support import definitions
+
+    return definitions("01", "speedup", namespace={"time": time})["speedup"]
 
 
 @pytest.mark.parametrize("name", WRONG_01_5)
@@ -402,6 +447,29 @@ def test_01_5_wrong_timings_are_rejected_with_what_is_wrong(name):
     reason = feedback("01.5", given_speedup() if answer is None else answer)
     assert reason is not None and words in reason, reason
     assert torch.get_num_threads() == before  # the check puts the learner's thread count back
+
+
+def test_01_5_swapped_names_give_the_issue_s_numbers_and_are_told_which_round_is_inverted():
+    """The swapped "alternation" returns a plausible median (about 2) with a lowest ratio near 0.5 (timed on the
+    judge's clock, as the check times it)."""
+    from helpers.solutions.nb01 import VirtualClock
+
+    with VirtualClock() as clock:
+        ratio, low, high = names_swapped(lambda: clock.call("baseline", 0.004), lambda: clock.call("candidate", 0.002),
+                                         torch.get_num_threads())
+    assert 1.8 < ratio < 2.2 and 0.45 < low < 0.55 and 1.8 < high < 2.2
+
+
+def test_01_5_the_judge_reads_each_timing_between_two_clock_readings():
+    from helpers.solutions import nb01 as sol
+
+    events = [("call", "baseline", 1), ("clock", "perf_counter", 1.0), ("call", "baseline", 1),
+              ("call", "baseline", 1), ("clock", "perf_counter", 1.5), ("clock", "time", 1.6),
+              ("call", "candidate", 1), ("clock", "perf_counter", 1.85), ("call", "candidate", 1)]
+    found = sol.timings(events)
+    assert found == [sol.Timing(frozenset({"baseline"}), 2, 0.5), sol.Timing(frozenset({"candidate"}), 1, 0.25)]
+    (pair,) = sol.paired_rounds(found)
+    assert sol.round_ratio(pair) == 0.25 / 0.25 and sol.round_ratio(pair[::-1]) == 1.0
 
 
 def test_01_5_a_timing_written_by_hand_is_accepted():

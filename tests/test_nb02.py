@@ -46,19 +46,9 @@ def test_02_3_wrong_positions_in_fp16_arange():
 
 def given_class(name: str) -> type:
     """The class ``name`` exactly as notebook 02's exercise cell defines it (the learner's start)."""
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import definitions
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "02_dtype_following_tensors.ipynb"
-    for cell in json.loads(path.read_text())["cells"]:
-        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
-        for node in tree.body if tree else []:
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                namespace = {"torch": torch, "nn": nn}
-                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
-                return namespace[name]
-    raise LookupError(name)
+    return definitions("02", name, namespace={"torch": torch, "nn": nn})[name]
 
 
 def pool_variant(weights_of):

@@ -197,16 +197,10 @@ def test_03_5_plausible_wrong_counts_are_named():
 
 
 def test_03_5_the_notebook_builds_the_model_the_check_counts():
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import cell_containing
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
-    cells = [cell for cell in json.loads(path.read_text())["cells"]
-             if cell["cell_type"] == "code" and "model_5 = " in "".join(cell["source"])]
-    assert len(cells) == 1
     namespace = {"torch": torch, "nn": nn}
-    exec(compile(ast.parse("".join(cells[0]["source"])), path.name, "exec"), namespace)
+    exec(cell_containing("03", "model_5 = "), namespace)
     with torch.random.fork_rng(devices=[]):
         assert repr(namespace["model_5"]) == repr(sol.exercise_03_5_model())
     assert namespace["answer_5"] is None
@@ -264,6 +258,28 @@ def test_03_1_the_wrong_repairs_are_rejected_and_the_fix_accepted():
         assert feedback("03.1", number) == "the answer should be your repaired function train_five_steps itself"
     assert feedback("03.1", sol.train_five_steps) is None
     assert feedback("03.1", five_steps("step, island")) is None  # backward and step in an island: right too
+
+
+def _loss_outside(to_float: bool):
+    """03.1 with only the forward pass under autocast: the loss on the bfloat16 logits (or on their float32 copy)."""
+    def train(net, sgd, data, classes):
+        losses = []
+        for _ in range(5):
+            sgd.zero_grad()
+            with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+                logits = net(data)
+            loss = F.cross_entropy(logits.float() if to_float else logits, classes)
+            loss.backward()
+            sgd.step()
+            losses.append(loss.item())
+        return losses
+    return train
+
+
+def test_03_1_a_loss_computed_outside_autocast_is_named_not_called_a_model_that_does_not_learn():
+    reason = feedback("03.1", _loss_outside(to_float=False))
+    assert reason is not None and "loss was computed outside autocast" in reason and "learn" not in reason
+    assert feedback("03.1", _loss_outside(to_float=True)) is None  # cross_entropy in float32, as autocast runs it
 
 
 def test_03_1_a_function_that_steps_inside_autocast_or_forgets_the_losses_is_named():
@@ -459,19 +475,9 @@ def given_class(name: str):
 
 def given_function(name: str):
     """The function or class ``name`` exactly as notebook 03's exercise cell defines it."""
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import definitions
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "03_autocast_training.ipynb"
-    for cell in json.loads(path.read_text())["cells"]:
-        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
-        for node in tree.body if tree else []:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
-                namespace = {"torch": torch, "nn": nn, "F": F}
-                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
-                return namespace[name]
-    raise LookupError(name)
+    return definitions("03", name, namespace={"torch": torch, "nn": nn, "F": F})[name]
 
 
 @pytest.mark.parametrize("name, key", [("train_five_steps", "03.1"), ("train_detector", "03.3")])

@@ -190,18 +190,10 @@ def test_04_2_one_bad_micro_batch_skips_its_whole_accumulated_step():
 
 def given(*names: str):
     """The functions ``names`` exactly as notebook 04's exercise cells define them (the learner's start)."""
-    import ast
-    import json
-    from pathlib import Path
+    from tests.support import definitions
 
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "04_grad_scaler.ipynb"
     namespace = {"torch": torch, "nn": nn, "F": F, "lab": lab, "device": torch.device("cpu"), "accumulation_steps": 4}
-    for cell in json.loads(path.read_text())["cells"]:
-        tree = ast.parse("".join(cell["source"])) if cell["cell_type"] == "code" else None
-        for node in tree.body if tree else []:
-            if isinstance(node, ast.FunctionDef) and node.name in names:
-                exec(compile(ast.Module([node], []), path.name, "exec"), namespace)
-    return tuple(namespace[name] for name in names)
+    return tuple(definitions("04", *names, namespace=namespace).values())
 
 
 def micro_batches(count: int, seed: int = 1) -> list:

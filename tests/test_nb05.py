@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
-import json
 import os
 import re
 import socket
@@ -41,6 +40,7 @@ from helpers.nb05 import (
     source_lines,
 )
 from helpers.solutions.nb05 import _gradients
+from tests.support import cell_containing, cells, notebook, source
 
 X = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
 
@@ -265,21 +265,16 @@ def test_seen_shows_an_aligned_row():
 
 
 def _notebook_cell(needle: str) -> str:
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "05_dataparallel_and_ddp.ipynb"
-    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    matching = [s for s in sources if needle in s]
-    assert len(matching) == 1, f"expected one cell with {needle!r}"
-    return matching[0]
+    return cell_containing("05", needle)
 
 
 def _cells_under(heading: str) -> tuple[str, str]:
     """(source, printed output) of the first code cell after the markdown cell containing ``heading``."""
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "05_dataparallel_and_ddp.ipynb"
-    cells = json.loads(path.read_text())["cells"]
-    start = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and heading in "".join(c["source"]))
-    cell = next(c for c in cells[start:] if c["cell_type"] == "code")
+    all_cells = cells(notebook("05"))
+    start = next(i for i, c in enumerate(all_cells) if c["cell_type"] == "markdown" and heading in source(c))
+    cell = next(c for c in all_cells[start:] if c["cell_type"] == "code")
     printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
-    return "".join(cell["source"]), printed
+    return source(cell), printed
 
 
 def _run_cell(source: str, capsys) -> str:

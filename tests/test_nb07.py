@@ -1,7 +1,6 @@
 """helpers.nb07 (the rule's table of device kinds), the notebook's copy of the rule, and 07's solutions."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import helpers
 from helpers import exercises
 from helpers import nb07 as guide
 from helpers.solutions import nb07 as solutions
+from tests.support import cells, source
+from tests.support import text as notebook_text
 
 
 def test_the_table_shows_every_kind_with_the_rules_advice():
@@ -48,15 +49,13 @@ def test_tensor_cores_leaves_out_every_tu116_and_tu117_part(monkeypatch, name, c
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     capability = (8, 6) if "A2000" in name else (7, 5)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert helpers.device.tensor_cores() is cores
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is cores
 
 
 def test_notebooks_07_and_08_promise_no_speed_everywhere():
     for name in ("notebooks/07_choosing_and_troubleshooting.ipynb",
                  "notebooks/08_transformers_in_mixed_precision.ipynb", "helpers/nb07.py"):
-        text = (ROOT / name).read_text()
-        if name.endswith(".ipynb"):
-            text = "\n\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        text = notebook_text(ROOT / name) if name.endswith(".ipynb") else (ROOT / name).read_text()
         assert not re.search(r"everywhere|anywhere|on every (machine|CPU)", text, re.I), name
 
 
@@ -65,9 +64,8 @@ OVERCLAIMS = r"any hardware|tie or win everywhere|still gain|on every machine|wi
 
 def test_no_text_promises_that_half_the_bytes_win_on_every_machine():
     for name in SPEED_TEXTS:
-        text = (ROOT / name).read_text()
-        if name.endswith(".ipynb"):  # the prose and code, not old outputs
-            text = "\n\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        # the prose and code, not old outputs
+        text = notebook_text(ROOT / name) if name.endswith(".ipynb") else (ROOT / name).read_text()
         assert not re.search(OVERCLAIMS, text, re.I), name
 
 
@@ -89,9 +87,7 @@ def test_no_sentence_calls_16_bit_matmuls_slow_without_naming_where():
     assert slow_claims_without_a_regime("On a laptop, bf16 matmuls are about 100x slower.")
     assert not slow_claims_without_a_regime("Above batch 16, bf16 matmuls are slower.")
     for name in SPEED_TEXTS:
-        text = (ROOT / name).read_text()
-        if name.endswith(".ipynb"):
-            text = "\n\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
+        text = notebook_text(ROOT / name) if name.endswith(".ipynb") else (ROOT / name).read_text()
         assert slow_claims_without_a_regime(text) == [], name
 
 
@@ -164,16 +160,16 @@ def test_section_6_links_and_runs_the_take_home_recipe_file():
     and runs it in one cell; the old in-notebook recipe, which imported helpers, is gone."""
     from tools.course_stats import notebook_path
 
-    cells = json.loads(Path(notebook_path("07")).read_text())["cells"]
-    sources = ["".join(c["source"]) for c in cells]
+    all_cells = cells(notebook_path("07"))
+    sources = [source(c) for c in all_cells]
     start = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
     end = next(i for i, s in enumerate(sources) if s.startswith("## Summary"))
     section = sources[start:end]
     assert "[`take_home_recipe.py`](take_home_recipe.py)" in section[0]
-    code = [s for c, s in zip(cells[start:end], section) if c["cell_type"] == "code"]
+    code = [s for c, s in zip(all_cells[start:end], section) if c["cell_type"] == "code"]
     assert code == ["%run take_home_recipe.py"]
     assert (Path(notebook_path("07")).parent / "take_home_recipe.py").exists()
-    outputs = "".join("".join(o.get("text", "")) for c in cells[start:end] for o in c.get("outputs", []))
+    outputs = "".join("".join(o.get("text", "")) for c in all_cells[start:end] for o in c.get("outputs", []))
     assert "training" in outputs and "Checkpoint restored" in outputs  # committed executed
 
 
@@ -214,45 +210,11 @@ def test_guide_and_notebook_07_point_at_sections_that_exist():
         assert section in sections[notebook], f"{notebook} has no section {section}"
 
 
-COPIED = ("NO_TENSOR_CORES", "ROCM_BF16", "WORKLOADS", "DESCRIPTION_KEYS", "version_tuple", "Advice",
-          "missing_keys", "is_arm", "native_dtypes", "unknown_reason", "label", "why_float32", "why_fp16",
-          "choose_precision")
-
-
-def _definitions(source: str) -> dict[str, str]:
-    """Top-level functions, classes and assignments in ``source``, each as its AST dump."""
-    import ast
-
-    found = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = ast.dump(node)
-        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            found[node.targets[0].id] = ast.dump(node)
-    return found
-
-
 def _notebook_code(key: str) -> str:
     from tools.course_stats import notebook_path
 
-    cells = json.loads(Path(notebook_path(key)).read_text())["cells"]
-    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    code = [source(c) for c in cells(notebook_path(key)) if c["cell_type"] == "code"]
     return "\n\n".join(text for text in code if not text.startswith("%"))  # IPython magics: not Python
-
-
-def test_notebook_07_holds_a_verbatim_copy_of_the_rule():
-    """07 §1's cells define the rule as helpers.precision does: the same AST, name by name."""
-    module = _definitions((ROOT / "helpers" / "precision.py").read_text())
-    notebook = _definitions(_notebook_code("07"))
-    for name in COPIED:
-        assert name in notebook, f"07 §1 lacks {name}"
-        assert notebook[name] == module[name], f"07 §1's {name} drifted from helpers/precision.py"
-
-
-def test_the_drift_check_fails_when_one_token_changes():
-    source = (ROOT / "helpers" / "precision.py").read_text()
-    drifted = _definitions(source.replace('(7, 0) and not re.search', '(7, 5) and not re.search'))
-    assert drifted["native_dtypes"] != _definitions(source)["native_dtypes"]
 
 
 def test_section_3_types_its_op_finder_as_a_dispatch_mode():
@@ -264,7 +226,7 @@ def test_section_3_types_its_op_finder_as_a_dispatch_mode():
 def test_stop_7_ends_section_6_with_its_recap():
     from tools.course_stats import notebook_path
 
-    sources = ["".join(c["source"]) for c in json.loads(Path(notebook_path("07")).read_text())["cells"]]
+    sources = [source(c) for c in cells(notebook_path("07"))]
     start = next(i for i, s in enumerate(sources) if s.startswith("## 6."))
     end = next(i for i, s in enumerate(sources) if s.startswith("## Summary"))
     recap = sources[end - 1]

@@ -78,16 +78,28 @@ def test_navigation_links(index):
             assert link in text, f"{path.name}: the {where} cell needs a link {link}"
 
 
+CELL_LINES = 40  # at most, per code cell (CONTRIBUTING.md says so: checked below)
+LINE_CHARACTERS = 100  # at most, per line of a notebook cell
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_code_cells_are_short_and_lines_fit(path):
-    """A code cell fits a laptop screen (at most 40 lines: one experiment, or one function typed in full),
-    lines of at most 100 characters (two notebooks side by side)."""
+    """A code cell fits a laptop screen (at most CELL_LINES lines: one experiment, or one function typed in
+    full), lines of at most LINE_CHARACTERS characters (two notebooks side by side)."""
     for i, cell in enumerate(cells(path)):
         if cell["cell_type"] == "code":
             lines = source(cell).splitlines()
-            assert len(lines) <= 40, f"{path.name} cell {i}: {len(lines)} lines (at most 40)"
-            long = [line for line in lines if len(line) > 100]
-            assert not long, f"{path.name} cell {i}: a line over 100 characters: {long[0]!r}"
+            assert len(lines) <= CELL_LINES, f"{path.name} cell {i}: {len(lines)} lines (at most {CELL_LINES})"
+            long = [line for line in lines if len(line) > LINE_CHARACTERS]
+            assert not long, f"{path.name} cell {i}: a line over {LINE_CHARACTERS} characters: {long[0]!r}"
+
+
+def test_contributing_states_the_limits_these_tests_enforce():
+    from pathlib import Path
+
+    guide = " ".join((Path(__file__).resolve().parent.parent / "CONTRIBUTING.md").read_text().split())
+    assert f"Code cells of at most {CELL_LINES} lines" in guide
+    assert f"lines of at most {LINE_CHARACTERS} characters in notebooks" in guide
 
 
 def test_the_cell_loader_runs_only_the_definitions_asked_for():
@@ -111,3 +123,29 @@ def test_the_cell_loader_runs_only_the_definitions_asked_for():
             assert callable(function) and set(namespace) <= {names[0], "__builtins__"}
             return
     pytest.skip("no notebook defines a function at the top level of a cell")
+
+
+def _reads_notebook_json(text: str) -> list[int]:
+    """Lines of a test file that take a notebook's ``["cells"]`` or call ``nbformat.read`` (the loader's job)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        cells_key = isinstance(node, ast.Subscript) and getattr(node.slice, "value", None) == "cells"
+        nbformat_read = isinstance(node, ast.Attribute) and node.attr == "read" and \
+            getattr(node.value, "id", None) == "nbformat"
+        if cells_key or nbformat_read:
+            found.append(node.lineno)
+    return found
+
+
+def test_every_test_reads_notebooks_through_the_one_loader():
+    """Only tests/support.py parses notebook JSON; a test that reads ``["cells"]`` itself is a second loader."""
+    from pathlib import Path
+
+    assert _reads_notebook_json('cells = json.loads(path.read_text())["cells"]') == [1]
+    assert _reads_notebook_json('nb = nbformat.read(path, 4)') == [1]
+    tests = Path(__file__).resolve().parent
+    readers = {path.name: _reads_notebook_json(path.read_text()) for path in sorted(tests.glob("*.py"))
+               if path.name != "support.py"}
+    assert {name: lines for name, lines in readers.items() if lines} == {}

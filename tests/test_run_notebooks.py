@@ -1,7 +1,7 @@
-import json
 
 import nbformat
 
+from tests.support import cells as notebook_cells
 from tools.run_notebooks import run_notebook
 
 
@@ -16,7 +16,7 @@ def test_run_notebook_executes_in_place_and_trims_demonstrated_tracebacks(tmp_pa
     ])
     nbformat.write(nb, path)
     problems = run_notebook(path)
-    cells = json.loads(path.read_text())["cells"]
+    cells = notebook_cells(path)
     assert [c["execution_count"] for c in cells] == [1, 2, 3, 4]
     assert "".join(cells[0]["outputs"][0]["text"]) == "42\n"
     demonstrated = cells[1]["outputs"][0]

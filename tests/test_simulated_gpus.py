@@ -190,13 +190,13 @@ def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
     advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
     assert advice["training"].how == "float32" and advice["batched inference"].how == "float32"
     assert rate in advice["training"].reason
-    assert helpers.device.tensor_cores() is False
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is False
     fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
-    assert helpers.device.tensor_cores() is True
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is True
     advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))
     assert advice["training"].how == "autocast + GradScaler"
     fake_cuda(Gpu("Quadro RTX 4000", (7, 5), None))  # TU104: tensor cores, a T in no model number
-    assert helpers.device.tensor_cores() is True
+    assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is True
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=ids(GPUS))
@@ -214,7 +214,7 @@ def test_environment_report_names_the_gpu(fake_cuda, gpu):
 def test_recorder_plan_and_absent_modes(fake_cuda, gpu):
     fake_cuda(gpu)
     cuda = torch.device("cuda")
-    for mode in set(bench.GEMM_DTYPES + bench.INFERENCE_MODES + recorder.TRAIN_MODES):
+    for mode in set(recorder.GEMM_DTYPES + bench.INFERENCE_MODES + recorder.TRAIN_MODES):
         reason = bench.absent_reason(mode, cuda)
         needs_ampere = "tf32" in mode or "bfloat16" in mode
         assert (reason is not None) is (needs_ampere and not gpu.native_bf16), mode
@@ -238,7 +238,7 @@ def test_machine_info_and_datasheet_peaks(fake_cuda, gpu):
     entry = peaks.peak_for(gpu.name)
     assert entry.capability == info["gpu_capability"]  # the file's capability agrees with what torch reports
     for dtype in ("tf32", "bfloat16") if not gpu.native_bf16 else ():  # absent: no peak, no fraction, no run
-        absent = bench.gemm(dtype, 64, "cuda")
+        absent = recorder.gemm(dtype, 64, "cuda")
         assert absent["tflops"] is None and absent["peak_tflops"] is None and absent["fraction_of_peak"] is None
     assert peaks.peak_tflops(gpu.name, "float16") == entry.tflops["fp16"]
     assert peaks.fraction_of_peak(0.8 * entry.tflops["fp16"], gpu.name, "float16") == pytest.approx(0.8)
@@ -276,12 +276,12 @@ def test_recorder_measure_on_cuda_synchronises_and_records_both_memories(fake_cu
         flags.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
         allocator.allocate(2_000)
 
-    seconds, (memory, reserved) = bench._measure(fn, torch.device("cuda"), "test", "tf32", 0.01)
+    seconds, (memory, reserved) = recorder._measure(fn, torch.device("cuda"), "test", "tf32", 0.01)
     assert seconds > 0 and memory == 2_000 and reserved == 2_000
     assert allocator.calls[:2] == ["sync", "sync"]  # after the warm-up (cuDNN autotuning), before memory
     assert set(flags) == {(True, True)}
     flags.clear()
-    bench._measure(fn, torch.device("cuda"), "test", "float32", 0.01)
+    recorder._measure(fn, torch.device("cuda"), "test", "float32", 0.01)
     assert set(flags) == {(False, False)}  # strict fp32
 
 

@@ -1,8 +1,8 @@
 """The take-home recipe (notebooks/take_home_recipe.py): it runs where the course's ``helpers`` cannot be imported,
 in each branch a CPU can take (forced through its ``--device-description`` override), gives the documented
-decisions for simulated CUDA and MPS devices, runs its CUDA branches on a GPU when there is one, and carries a
-verbatim copy of the course's rule (helpers/precision.py). Its training, checkpoint and inference code is
-checked, with mutants, in tests/test_recipe_teeth.py."""
+decisions for simulated CUDA and MPS devices, runs its CUDA branches on a GPU when there is one, and carries the
+course's rule as ``python -m tools.copies --write`` writes it from helpers/precision.py (tests/test_copies.py).
+Its training, checkpoint and inference code is checked, with mutants, in tests/test_recipe_teeth.py."""
 from __future__ import annotations
 
 import ast
@@ -235,37 +235,6 @@ def test_cuda_branches_on_a_gpu(description):
     assert all(torch.isfinite(torch.tensor(result["losses"])))
     assert result["losses"][-1] < result["losses"][0]
     assert result["scaler"].is_enabled() == (result["advice"]["training"].how == "autocast + GradScaler")
-
-
-def _definitions(tree: ast.Module) -> list[str]:
-    """The top-level definitions and assignments (imports and docstrings aside), as AST dumps."""
-    return [ast.dump(node) for node in tree.body
-            if not isinstance(node, (ast.Import, ast.ImportFrom))
-            and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
-
-
-def copied_block(text: str) -> str:
-    start = text.index("# >>> copy of helpers.precision (python -m tools.copies --write)")
-    end = text.index("# <<< end of copy")
-    return text[text.index("\n", start) + 1:end]
-
-
-def test_the_decision_function_is_a_verbatim_copy_of_helpers_precision():
-    if not RULE.exists():
-        pytest.skip("helpers/precision.py is not on this branch yet (branch wt-rule)")
-    rule = _definitions(ast.parse(RULE.read_text()))
-    copy = _definitions(ast.parse(copied_block(SCRIPT.read_text())))
-    assert copy == rule, "copy helpers/precision.py (all but its docstring and imports) into the script again"
-    imports = {ast.dump(n) for n in ast.parse(RULE.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))}
-    script_imports = {ast.dump(n) for n in ast.parse(SCRIPT.read_text()).body
-                      if isinstance(n, (ast.Import, ast.ImportFrom))}
-    assert imports <= script_imports  # what the copy needs, imported by the script
-
-
-def test_a_drifted_copy_is_caught(tmp_path):
-    text = SCRIPT.read_text().replace('capability >= (8, 0)', 'capability >= (7, 5)', 1)
-    assert text != SCRIPT.read_text()
-    assert _definitions(ast.parse(copied_block(text))) != _definitions(ast.parse(RULE.read_text()))
 
 
 def test_the_script_imports_nothing_of_the_course():

@@ -1,66 +1,18 @@
-"""helpers.timing, the course's timing method: notebook 01 §4 types the same code (checked here), it runs both
-variants at the requested thread count and restores the old one (even on error), pairs and interleaves its
-rounds, and decides from an order-statistic interval of the median ratio whose error rate is checked here by
-simulation (log-normal round ratios from a seeded generator; no timing)."""
+"""helpers.timing, the course's timing method (notebook 01 §4 types the same code: tests/test_copies.py checks
+it): it runs both variants at the requested thread count and restores the old one (even on error), pairs and
+interleaves its rounds, and decides from an order-statistic interval of the median ratio whose error rate is
+checked here by simulation (log-normal round ratios from a seeded generator; no timing)."""
 from __future__ import annotations
 
-import ast
-import json
 import math
 import random
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import timing
-
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "01_half_precision_inference.ipynb"
-TAUGHT = ("Comparison", "synchronizer", "seconds_per_call", "calls_per_round", "at_most", "ranks", "spent",
-          "spread", "Decision", "decide", "load_average", "paired_round", "compare")
-
-
-def without_docstring(node: ast.AST) -> ast.AST:
-    """The definition without its docstring (the notebook explains in markdown), so only code is compared."""
-    body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        node.body = body[1:]
-    return node
-
-
-def definitions(source: str) -> dict[str, str]:
-    """``{name: ast dump}`` of the top-level functions and classes in ``source``."""
-    found = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = ast.dump(without_docstring(node))
-    return found
-
-
-def notebook_definitions() -> dict[str, str]:
-    found = {}
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        if cell["cell_type"] == "code":
-            found.update(definitions("".join(cell["source"])))
-    return found
-
-
-@pytest.mark.parametrize("name", TAUGHT)
-def test_notebook_01_types_the_same_code_as_helpers_timing(name):
-    in_helpers = definitions(Path(timing.__file__).read_text())
-    in_notebook = notebook_definitions()
-    assert name in in_notebook, f"notebook 01 no longer defines {name}"
-    assert in_notebook[name] == in_helpers[name], f"{name}: notebook 01 §4 and helpers/timing.py differ"
-
-
-def test_the_comparison_finds_a_changed_line():
-    """The check has teeth: one changed operator in compare is a different dump."""
-    source = Path(timing.__file__).read_text()
-    changed = source.replace("ratios.append(a / b)", "ratios.append(b / a)")
-    assert changed != source
-    assert definitions(changed)["compare"] != definitions(source)["compare"]
 
 
 def test_compare_runs_both_variants_at_the_requested_threads_and_restores_them():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import cells, notebook, source
 from tools import course_stats, preflight, workshop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,9 +84,9 @@ def test_write_readme_replaces_the_route_block_once_and_is_idempotent(tmp_path):
 
 
 def test_a_stop_takes_the_intro_and_the_listed_parts_not_the_summary():
-    cells = json.loads(workshop.notebook_path("04").read_text())["cells"]
+    all_cells = cells(workshop.notebook_path("04"))
     indices = workshop.stop_indices("04", ("2",))
-    texts = ["".join(cells[i]["source"]) for i in indices]
+    texts = [source(all_cells[i]) for i in indices]
     assert texts[0].startswith("# 04 ·")
     headings = [t.splitlines()[0] for t in texts if t.startswith("## ")]
     assert [h.split()[1] for h in headings] == ["2."]
@@ -266,8 +267,7 @@ def test_the_preflight_report_names_the_failing_notebook_section_and_what_it_mea
     text = "\n".join(preflight.report_lines(recorder))
     assert "Machine: a test machine" in text
     assert "unit tests" in text and "04_grad_scaler.ipynb" in text and "FAILED (1)" in text
-    cells = json.loads((ROOT / "notebooks" / "04_grad_scaler.ipynb").read_text())["cells"]
-    index = [i for i, c in enumerate(cells) if c["cell_type"] == "code"][3]
+    index = [i for i, c in enumerate(cells(notebook("04"))) if c["cell_type"] == "code"][3]
     assert f"Cell 3 (notebook cell {index}), in ## " in text
 
 

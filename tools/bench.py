@@ -37,7 +37,7 @@ and the scale halves each time. The timed steps include them; "skipped_steps" sa
 
 Speed-ups of AMP name their baseline: where "tf32" exists (GPUs from Ampere on), ``--readme`` and the summary
 printed after a run give each mode against strict fp32 *and* TF32 (a user's default float32 convolution there is
-TF32), via ``helpers.bench.speedups``.
+TF32), via :func:`speedups`.
 
 Reading: ``helpers.bench.load_records`` and ``plot_inference``; the README's tables: :func:`results_markdown` here
 (``--readme``).
@@ -63,23 +63,80 @@ from torch import nn
 from helpers import peaks
 from helpers.bench import (
     BENCH_DIR,
-    GEMM_DTYPES,
     INFERENCE_MODES,
     MODEL,
+    MODES,
     REPRODUCE,
     _images,
-    _measure,
     absent_reason,
-    gemm,
-    inference,
+    forward_fn,
     load_records,
     mode_dtypes,
+    peak_tensor_bytes,
     prepare_model,
-    speedups,
 )
-from helpers.device import cpu_flags
+from helpers.device import cpu_flags, tf32_flags
+from helpers.measure import cuda_memory, time_it
 from helpers.peaks import peak_for
 from helpers.training import amp_step
+
+GEMM_DTYPES = INFERENCE_MODES[:4]
+
+
+# --- what the recorder measures (only this tool runs it) ---------------------------------------------------
+
+def _measure(fn: Callable[[], Any], device: torch.device, label: str, mode: str,
+             min_run_time: float, with_memory: bool = True) -> tuple[float, tuple | None]:
+    """One warm-up call, then (median seconds, memory of one call); TF32 on only in 'tf32'."""
+    with tf32_flags(mode == "tf32"):
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the warm-up (cudnn.benchmark's autotuning) ends first
+        # weights, inputs made before: not this call's
+        memory = (None if not with_memory else tuple(cuda_memory(fn, device))
+                  if device.type == "cuda" else (peak_tensor_bytes(fn)[1], None))
+        seconds = time_it(fn, label=label, sub_label=mode, min_run_time=min_run_time).median
+    return seconds, memory
+
+
+def gemm(dtype: str, n: int, device: str | torch.device = "cpu",
+         min_run_time: float = 0.5) -> dict[str, Any]:
+    """TFLOP/s of an n x n matmul in ``dtype``, peak and fraction of it; "absent": why not here."""
+    device = torch.device(device)
+    if dtype not in GEMM_DTYPES:
+        raise ValueError(f"Unknown GEMM dtype {dtype!r}: use one of {', '.join(GEMM_DTYPES)}.")
+    entry: dict[str, Any] = {"dtype": dtype, "n": n, "tflops": None, "seconds": None}
+    if absent_reason(dtype, device):
+        entry["absent"] = absent_reason(dtype, device)
+    else:
+        generator = torch.Generator(device).manual_seed(0)
+        a, b = (torch.randn(n, n, device=device, generator=generator, dtype=MODES[dtype][0])
+                for _ in range(2))
+        seconds, _ = _measure(lambda: a @ b, device, "gemm", dtype, min_run_time, with_memory=False)
+        entry.update(tflops=2 * n**3 / seconds / 1e12, seconds=seconds)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = peaks.peak_tflops(name, dtype) if name else None
+    share = None if peak is None or entry["tflops"] is None else entry["tflops"] / peak
+    return {**entry, "peak_tflops": peak, "fraction_of_peak": share}
+
+
+def inference(net: nn.Module, mode: str, batch: int, *, image_size: int = 224,
+              min_run_time: float = 0.5, model_name: str = MODEL) -> dict[str, Any]:
+    """Latency, throughput and memory of ``net`` (:func:`prepare_model`) on random images."""
+    device = next(net.parameters()).device
+    forward = forward_fn(net, _images(batch, image_size, device, mode_dtypes(mode)[0])[0], mode)
+    seconds, (memory, reserved) = _measure(forward, device, "inference", mode, min_run_time)
+    return {"model": model_name, "dtype": mode, "batch": batch, "images_per_s": batch / seconds,
+            "latency_ms": seconds * 1e3, "peak_memory_bytes": memory,
+            "peak_reserved_bytes": reserved}
+
+
+def speedups(values: dict[str, float], lower_is_faster: bool = False) -> dict[str, dict]:
+    """``{mode: {baseline: speed-up}}`` over "float32" (strict) and "tf32" in ``values``."""
+    bases = [b for b in ("float32", "tf32") if b in values]
+    return {m: {b: (values[b] / v if lower_is_faster else v / values[b]) for b in bases}
+            for m, v in values.items() if m not in ("float32", "tf32")}
+
 
 TRAIN_MODES = ("float32", "tf32", "autocast_float16", "autocast_bfloat16")
 INIT_SCALE = 2.0**16  # GradScaler's default initial scale, spelled out so the record can state it

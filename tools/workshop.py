@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools import copies
 from tools.course_stats import (
     SECONDS_PER_CODE_LINE,
     PartStats,
@@ -63,8 +64,8 @@ INSTRUCTOR_ESTIMATE = {"commit": "b6e4cfe", "minutes": 174, "low": 160, "high": 
 RECAP_MARK = "**Recap of this stop.**"
 RECIPE_NOTEBOOK = "07"  # the route ends on its take-home recipe
 TAKE_HOME_SCRIPT = "notebooks/take_home_recipe.py"
-COPY_START = "# >>> copy of helpers.precision"  # the script's copy of the decision function (read at home: 07 §1)
-COPY_END = "# <<< end of copy"
+COPY_START = copies.BEGIN  # the script's copy of the decision function (read at home: 07 §1)
+COPY_END = copies.END
 HOME_START = "# >>> read at home"  # the script's command line and demo run (the class runs them)
 HOME_END = "# <<< end of read at home"
 

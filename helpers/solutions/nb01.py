@@ -1,9 +1,12 @@
 """Solutions to notebook 01 (half-precision inference), computed with PyTorch."""
 from __future__ import annotations
 
+import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -141,15 +144,84 @@ def paired_speedup(baseline, candidate, threads: int, rounds: int = 5) -> tuple[
     return result.ratio, result.low, result.high
 
 
-def _blocks(sides: list[str]) -> int:
-    """How many runs of consecutive calls to the same side: paired rounds make many, unpaired timing 2 to 4."""
-    return sum(1 for i, side in enumerate(sides) if i == 0 or side != sides[i - 1])
+WALL_CLOCKS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns")
+CPU_CLOCKS = ("process_time", "process_time_ns", "thread_time", "thread_time_ns")
+
+
+class VirtualClock:
+    """The clocks of the ``time`` module, replaced inside ``with clock:`` by one the judge advances: each call of a
+    variant adds its duration (jittered, seeded), each reading a microsecond. Each reading and each call is logged
+    in :attr:`events`, so the check sees what was timed; load on the machine changes nothing."""
+
+    def __init__(self, seed: int = 0):
+        self.now = 1000.0  # seconds
+        self.events: list[tuple] = []  # ("clock", name, seconds) and ("call", side, threads)
+        self.jitter = random.Random(seed)
+        self.originals = {}
+
+    def call(self, side: str, seconds: float) -> None:
+        self.events.append(("call", side, torch.get_num_threads()))
+        self.now += seconds * self.jitter.uniform(0.9, 1.1)
+
+    def reader(self, name: str):
+        def read():
+            self.now += 1e-6
+            seconds = 0.0 if name in CPU_CLOCKS else self.now  # the variants use no CPU time here
+            self.events.append(("clock", name, seconds))
+            return int(seconds * 1e9) if name.endswith("_ns") else seconds
+        return read
+
+    def __enter__(self):
+        self.originals = {name: getattr(time, name) for name in WALL_CLOCKS + CPU_CLOCKS}
+        for name in self.originals:
+            setattr(time, name, self.reader(name))
+        return self
+
+    def __exit__(self, *exc):
+        for name, clock in self.originals.items():
+            setattr(time, name, clock)
+
+
+class Timing(NamedTuple):
+    sides: frozenset[str]  # the variants called between two clock readings
+    calls: int
+    seconds: float
+
+
+def timings(events: list[tuple]) -> list[Timing]:
+    """Each stretch of calls between two consecutive wall-clock readings: what the learner's code timed."""
+    found, last, sides = [], None, []
+    for kind, what, value in events:
+        if kind == "call":
+            sides.append(what)
+        elif what in WALL_CLOCKS:
+            if last is not None and sides:
+                found.append(Timing(frozenset(sides), len(sides), value - last))
+            last, sides = value, []
+    return found
+
+
+def paired_rounds(found: list[Timing]) -> list[tuple[Timing, Timing]]:
+    """The timings that end the run in pairs, a baseline's and a candidate's in either order (before
+    them: warm-ups)."""
+    rounds, i = [], len(found) - 1
+    while i >= 1 and len(found[i].sides) == len(found[i - 1].sides) == 1 and found[i].sides != found[i - 1].sides:
+        rounds.insert(0, (found[i - 1], found[i]))
+        i -= 2
+    return rounds
+
+
+def round_ratio(pair: tuple[Timing, Timing]) -> float:
+    """Baseline seconds per call / candidate seconds per call in one round."""
+    baseline, candidate = sorted(pair, key=lambda timing: "candidate" in timing.sides)
+    return (baseline.seconds / baseline.calls) / (candidate.seconds / candidate.calls)
 
 
 class PairedTimingJudge:
-    """01.5: runs the learner's ``speedup(baseline, candidate, threads, rounds)`` on two functions of known speed
-    (sleeps: their length holds on a busy machine), at a thread count other than the current one, and checks
-    each part of the method: threads set and restored, several calls, paired rounds, the ratio's direction."""
+    """01.5: runs the learner's ``speedup(baseline, candidate, threads, rounds)`` on two variants of known speed
+    (the candidate twice as fast, on a :class:`VirtualClock`), at a thread count other than the current one, and
+    checks each part of the method from the calls and clock readings it saw: threads set and restored, rounds of
+    several calls per side, paired, the order alternating, and the three numbers computed from those rounds."""
 
     BASELINE_S = 0.004
     CANDIDATE_S = 0.002  # the candidate is twice as fast
@@ -160,48 +232,75 @@ class PairedTimingJudge:
             return "the answer should be your repaired function itself (answer_5 = speedup)"
         before = torch.get_num_threads()
         requested = 1 if before > 1 else 2
-        calls: list[tuple[str, int]] = []
-
-        def baseline():
-            calls.append(("baseline", torch.get_num_threads()))
-            time.sleep(self.BASELINE_S)
-
-        def candidate():
-            calls.append(("candidate", torch.get_num_threads()))
-            time.sleep(self.CANDIDATE_S)
-
+        clock = VirtualClock()
         try:
-            result = speedup(baseline, candidate, requested, self.ROUNDS)
+            with clock:
+                result = speedup(lambda: clock.call("baseline", self.BASELINE_S),
+                                 lambda: clock.call("candidate", self.CANDIDATE_S), requested, self.ROUNDS)
         finally:
             after = torch.get_num_threads()
             torch.set_num_threads(before)
-        return self.judge(result, calls, requested, after == before)
+        return self.judge(result, clock.events, requested, after == before)
 
-    def judge(self, result, calls: list[tuple[str, int]], requested: int, restored: bool) -> str | None:
-        numbers = isinstance(result, (tuple, list)) and len(result) == 3
-        if not numbers or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in result):
-            return "speedup should return three numbers: (median ratio, lowest round's ratio, highest round's ratio)"
-        sides = [side for side, _ in calls]
+    def judge(self, result, events: list[tuple], requested: int, restored: bool) -> str | None:
+        calls = [(side, threads) for kind, side, threads in events if kind == "call"]
+        clocks = {name for kind, name, _ in events if kind == "clock"}
+        if {side for side, _ in calls} != {"baseline", "candidate"}:
+            return "speedup never called both baseline() and candidate(): time calls of each, it cannot know otherwise"
         if {threads for _, threads in calls} != {requested}:
             return "the variants did not run at the requested thread count: torch.set_num_threads(threads) first"
         if not restored:
             return "the thread count was not put back afterwards (restore it in a finally block)"
-        fewest = min(sides.count("baseline"), sides.count("candidate"))
-        if fewest < self.ROUNDS:
-            return (f"a variant ran only {fewest} time(s): time several calls in each of the rounds "
-                    "(one call is mostly noise)")
-        if _blocks(sides) < self.ROUNDS + 1:
+        if clocks & set(CPU_CLOCKS):
+            return ("it reads a CPU-time clock (time.process_time): that counts this process's CPU work only, not "
+                    "the time a variant waits (a GPU, a sleep, another thread); time with time.perf_counter()")
+        numbers = isinstance(result, (tuple, list)) and len(result) == 3
+        if not numbers or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in result):
+            return "speedup should return three numbers: (median ratio, lowest round's ratio, highest round's ratio)"
+        return self.judge_rounds(result, timings(events))
+
+    def judge_rounds(self, result, found: list[Timing]) -> str | None:
+        if not found:
+            return "the check saw no clock reading around the calls: time each side with time.perf_counter()"
+        if any(len(timing.sides) == 2 for timing in found):
+            return "one timing covered calls of both variants: time the baseline's calls and the candidate's apart"
+        rounds = paired_rounds(found)
+        if not rounds:
             return ("the baseline's calls did not alternate with the candidate's: pair them, a baseline and a "
                     "candidate timing in every round, back to back")
+        typical = statistics.median(timing.calls for pair in rounds for timing in pair)
+        if typical < 2:
+            return (f"each round timed {typical:g} call of a variant: time several calls in each of the rounds "
+                    "(one call is mostly noise, and the clock's own cost)")
+        if len(rounds) < self.ROUNDS:
+            return f"it timed {len(rounds)} paired rounds, not the {self.ROUNDS} asked for: loop over `rounds`"
+        first = {"baseline" in pair[0].sides for pair in rounds}
+        if len(first) == 1:
+            return (f"the {'baseline' if first == {True} else 'candidate'} went first in every round: alternate "
+                    "the order (the baseline first in even rounds, the candidate in odd ones), so a machine "
+                    "that speeds up or slows down within a round favours neither")
+        return self.judge_numbers(result, [round_ratio(pair) for pair in rounds])
+
+    def judge_numbers(self, result, ratios: list[float]) -> str | None:
+        """``result`` against the ratios of the rounds it timed (baseline s per call / candidate s per call)."""
         ratio, low, high = result
-        if ratio < 0.05:
-            return (f"the first number, {ratio:.4f}, looks like the seconds of one side, not a ratio: divide the "
-                    "baseline's time by the candidate's in each round")
-        if 0.3 < ratio < 0.75:
-            return (f"the ratio, {ratio:.2f}, is inverted: baseline time / candidate time is above 1 when the "
-                    "candidate is faster (here it is about twice as fast)")
-        if not 1.5 < ratio < 2.7:
-            return f"the median ratio is {ratio:.2f}, but the candidate here is about twice as fast"
+        smallest, largest = min(ratios) * (1 - 1e-6), max(ratios) * (1 + 1e-6)
+        span = f"its rounds' ratios range from {min(ratios):.2f} to {max(ratios):.2f}"
+        if not smallest <= ratio <= largest:
+            if ratio < 0.05:
+                return (f"the first number, {ratio:.4f}, looks like the seconds of one side, not a ratio: divide "
+                        "the baseline's time by the candidate's in each round")
+            if 1 / largest <= ratio <= 1 / smallest:
+                return (f"the ratio, {ratio:.2f}, is inverted: baseline time / candidate time is above 1 when the "
+                        f"candidate is faster ({span})")
+            return f"the median returned, {ratio:.2f}, is not the median of its rounds' ratios: {span}"
+        if ratio == low == high and max(ratios) > min(ratios) * 1.001:
+            return (f"it returns one ratio three times ({ratio:.2f}), while {span}: a ratio per round, then their "
+                    "median, lowest and highest")
+        if low < smallest or high > largest:
+            return (f"the lowest and highest ratios returned, {low:.2f} and {high:.2f}, are not those of the rounds "
+                    f"it timed ({span}): in a round where the candidate goes first, the baseline's time per call "
+                    "is still the numerator")
         if not low <= ratio <= high:
             return "the lowest and highest round ratios should lie on either side of the median"
         return None

@@ -171,8 +171,8 @@ def train_five_steps(net: nn.Module, sgd: torch.optim.Optimizer, data: torch.Ten
 
 def trace_03_1(train: Callable) -> tuple[list[tuple], list[float]]:
     """Run ``train(net, sgd, data, classes)`` on 03.1's fresh setup; return what hooks saw (each
-    forward's output dtype, whether autocast was on in each backward and each optimizer step) and
-    the losses ``train`` returned."""
+    forward's output dtype, whether autocast was on in each backward and each optimizer step, and
+    the dtype each loss was computed in: ``log_softmax``'s input) and the losses ``train`` returned."""
     model, optimizer, inputs, labels = exercise_03_1_setup()
     seen: list[tuple] = []
     model.register_forward_hook(lambda module, args, out: seen.append(("forward", out.dtype)))
@@ -180,11 +180,14 @@ def trace_03_1(train: Callable) -> tuple[list[tuple], list[float]]:
         lambda grad: seen.append(("backward", autocast_state("cpu").enabled)))
     optimizer.register_step_pre_hook(
         lambda opt, args, kwargs: seen.append(("step", autocast_state("cpu").enabled)))
-    return seen, train(model, optimizer, inputs, labels)
+    losses, ops = record_ops(lambda: train(model, optimizer, inputs, labels))
+    loss_dtypes = [op.input_dtypes[0] for op in ops if op.name == "_log_softmax"]
+    return seen + [("loss", dtype) for dtype in loss_dtypes], losses
 
 
 def _why_not_03_1(train: Callable) -> str | None:
-    seen, losses = trace_03_1(train)
+    traced, losses = trace_03_1(train)
+    seen = [(event, state) for event, state in traced if event != "loss"]
     for event, state in seen:
         if event == "forward" and state != torch.bfloat16:
             return "a forward pass ran without bfloat16 autocast"
@@ -194,6 +197,9 @@ def _why_not_03_1(train: Callable) -> str | None:
             return "the optimizer stepped inside the autocast context (its casts stay cached)"
     if seen != [("forward", torch.bfloat16), ("backward", False), ("step", False)] * 5:
         return "each of the five steps should run forward, backward, then the optimizer step"
+    if ("loss", torch.bfloat16) in traced:
+        return ("the loss was computed outside autocast, on the bfloat16 logits, so in bfloat16: compute it "
+                "inside the with block, where autocast runs cross_entropy in float32")
     expected = trace_03_1(train_five_steps)[1]
     if len(losses) != 5 or not math.isclose(losses[-1], expected[-1], rel_tol=1e-3):
         return "it does not return the five losses of a model that learns"
