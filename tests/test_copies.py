@@ -23,7 +23,7 @@ def test_every_marked_copy_and_the_recipe_are_current():
 def test_the_check_finds_the_courses_copies():
     """The timing method (01 §4), the rule (07 §1) and 09 §1's step and op log are marked, so checked."""
     found = {(copy.where.split("_")[0], copy.module, name) for copy, name in MARKED}
-    expected = {("01", "timing", "compare"), ("01", "timing", "verdict"), ("07", "precision", "choose_precision"),
+    expected = {("01", "timing", "compare"), ("01", "timing", "decide"), ("07", "precision", "choose_precision"),
                 ("07", "precision", "NO_TENSOR_CORES"), ("09", "nb09", "Step"), ("09", "nb09", "OpLog")}
     assert expected <= found
 

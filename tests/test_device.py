@@ -106,12 +106,12 @@ def test_one_cpu_switch_moves_the_device_and_its_autocast_dtype(monkeypatch):
 
 def test_every_notebook_takes_its_device_from_pick_device_or_runs_on_the_cpu():
     """So that the one CPU switch (AMP_COURSE_DEVICE=cpu, read by pick_device) reaches every notebook."""
-    import json
     from pathlib import Path
 
+    from tests.support import cells, source
+
     for path in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb")):
-        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
-                         if c["cell_type"] == "code")
+        code = "\n".join(source(c) for c in cells(path) if c["cell_type"] == "code")
         setup = "device = helpers.pick_device()" in code or 'device = torch.device("cpu")' in code
         assert setup and not re.search(r'torch\.device\("(cuda|mps)"\)|\.cuda\(\)', code), path.name
 
