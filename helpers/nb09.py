@@ -161,6 +161,10 @@ def shares_reason(timing, shares: dict[str, dict]) -> str:
     float32) came out as it did, from each step's profiled shares (``shares["float32"]``,
     ``shares["bfloat16"]``: :func:`profile_step`'s) times its per-step time from the same rounds as
     the ratio; "unexplained here" where the shares do not cover the difference."""
+    loading = [shares[name]["data loading"][1] for name in ("float32", "bfloat16")]
+    if min(loading) >= 0.5:
+        return (f"data loading takes {loading[0]:.0%} and {loading[1]:.0%} of the two steps: the "
+                "dtype of the arithmetic cannot change that part")
     if timing.verdict not in ("faster", "slower"):
         return f"no reason given: {timing.verdict}"
     ms = {"float32": timing.baseline_s * 1e3, "bfloat16": timing.candidate_s * 1e3}
@@ -172,7 +176,7 @@ def shares_reason(timing, shares: dict[str, dict]) -> str:
                f"{part['float32', 'casts']:.2f} -> {part['bfloat16', 'casts']:.2f} ms")
     added = part["bfloat16", "casts"] - part["float32", "casts"]
     if lost > 0 and added - saved >= 0.5 * lost:
-        return f"the casts autocast adds cost more than its matmuls save ({numbers})"
+        return f"the casts autocast adds and the matmuls' change cover most of the time lost ({numbers})"
     if lost < 0 and saved >= 0.5 * -lost:
         return f"the matmuls' time fell by more than half of what the step saved ({numbers})"
     return f"unexplained here ({numbers})"

@@ -204,8 +204,8 @@ def test_a_step_reads_its_data_again_after_each_pass():
     assert [torch.equal(x, batches[i % 2][0]) for i, x in enumerate(seen)] == [True] * 5
 
 
-def _shares(casts: float, matmuls: float) -> dict:
-    return {"casts": (16.0, casts), "matmuls": (8.0, matmuls)}
+def _shares(casts: float, matmuls: float, loading: float = 0.0) -> dict:
+    return {"casts": (16.0, casts), "matmuls": (8.0, matmuls), "data loading": (1.0, loading)}
 
 
 def _timing(f32_s: float, bf16_s: float, verdict: str):
@@ -217,13 +217,18 @@ def _timing(f32_s: float, bf16_s: float, verdict: str):
 def test_diagnose_gives_a_reason_only_where_the_shares_cover_the_difference():
     casts_cost = lab.shares_reason(_timing(0.010, 0.015, "slower"),  # 5 ms lost, casts add 3 of it
                                    {"float32": _shares(0.0, 0.2), "bfloat16": _shares(0.2, 0.1)})
-    assert casts_cost.startswith("the casts autocast adds cost more") and "step 10.00 -> 15.00 ms" in casts_cost
+    assert casts_cost.startswith("the casts autocast adds and the matmuls' change cover")
+    assert "step 10.00 -> 15.00 ms" in casts_cost
     matmuls_saved = lab.shares_reason(_timing(0.010, 0.006, "faster"),  # matmuls 8 -> 3 ms
                                       {"float32": _shares(0.0, 0.8), "bfloat16": _shares(0.05, 0.5)})
     assert matmuls_saved.startswith("the matmuls' time fell")
     unexplained = lab.shares_reason(_timing(0.010, 0.006, "faster"),  # matmuls barely moved
                                     {"float32": _shares(0.0, 0.1), "bfloat16": _shares(0.05, 0.15)})
     assert unexplained.startswith("unexplained here (")
-    unclear = lab.shares_reason(_timing(0.010, 0.010, "no clear difference"), {})
+    starved = {"float32": _shares(0.0, 0.05, 0.8), "bfloat16": _shares(0.01, 0.05, 0.8)}
+    loader = lab.shares_reason(_timing(0.010, 0.010, "no clear difference"), starved)
+    assert loader.startswith("data loading takes 80% and 80% of the two steps")
+    idle = {"float32": _shares(0.0, 0.1), "bfloat16": _shares(0.0, 0.1)}
+    unclear = lab.shares_reason(_timing(0.010, 0.010, "no clear difference"), idle)
     assert unclear == "no reason given: no clear difference"
     assert not hasattr(lab, "rule_finding")
