@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from . import timing
 from .device import last_level_cache_bytes
 from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
+from .roofs import FAR_BELOW, Roofs
 
 COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
 SWEEP_FLOPS = 8e9  # the time budget: float32 FLOPs of the largest batch's call (past batch 32)
@@ -42,21 +42,13 @@ class Point(collections.namedtuple("Point", "dtype op size flops nbytes seconds"
 
 @dataclass(frozen=True)
 class Roofline:
-    """Per dtype, the roofs one sweep measured (add's bytes/s, fastest linear's FLOP/s)."""
+    """The sweep's points under the roofs measured on their own (:func:`helpers.roofs.measure`)."""
     points: list[Point]
-    bandwidth: dict[str, float]
-    compute: dict[str, float]
+    roofs: Roofs
 
-    @classmethod
-    def from_points(cls, points: list[Point]) -> "Roofline":
-        largest = max(p.size for p in points if p.op == "add")
-        return cls(points, {p.dtype: p.nbytes / p.seconds for p in points
-                            if (p.op, p.size) == ("add", largest)},
-                   {d: max(p.rate for p in points if (p.dtype, p.op) == (d, "linear"))
-                    for d in COLOURS})
-
-    def ridge(self, dtype: str) -> float:
-        return self.compute[dtype] / self.bandwidth[dtype]
+    def fraction(self, point: Point) -> float:
+        """The point's FLOP/s over the roof at its intensity, in its dtype."""
+        return point.rate / self.roofs.roof(point.dtype, point.intensity)
 
     def ratios(self, dtype: str) -> dict[int, float]:
         """float32's time / ``dtype``'s per batch both ran (above 1: ``dtype`` is faster)."""
@@ -69,6 +61,25 @@ class Roofline:
         lost = [b for b, r in ratios if r < 0.9]
         return max((b for b, _ in ratios if not lost or b < lost[0]), default=None)
 
+    def linear(self, dtype: str, batch: int) -> Point | None:
+        matching = (p for p in self.points if (p.dtype, p.op, p.size) == (dtype, "linear", batch))
+        return next(matching, None)
+
+    def _why(self, d: str, batch: int) -> str:
+        """Why ``d`` falls behind float32 at ``batch``, from both points' fractions of their roofs."""
+        mine, theirs = self.linear(d, batch), self.linear("float32", batch)
+        ridge, share = self.roofs.ridge(d), self.fraction(mine)
+        numbers = f"{d} at {share:.0%} of its roof, float32 at {self.fraction(theirs):.0%}"
+        side = "compute" if mine.intensity > ridge else "memory"
+        if share > 1.2:
+            return f"unexplained here: {numbers}, above the roof its square GEMM measured"
+        if share < FAR_BELOW:
+            return f"this {d} kernel runs far below its {side} roof: {numbers}"
+        if side == "compute":
+            return (f"intensity {mine.intensity:.1f} is past {d}'s GEMM ridge ({ridge:.2f}): its "
+                    f"compute roof limits it; {numbers}")
+        return f"unexplained here: {numbers}"
+
     def _words(self, d: str) -> str:
         """Where ``d``'s weights keep up with float32 (fastest of a few calls each: a reading of
         the sweep, not a verdict; the batch-1 comparison below gives one)."""
@@ -76,52 +87,31 @@ class Roofline:
         if tied == max(ratios):
             return f"keeps up with float32 (0.9x or better) at every batch measured, 1 to {tied}"
         lost = min(b for b, r in ratios.items() if r < 0.9 and b > (tied or 0))
-        point = next(p for p in self.points if (p.dtype, p.op, p.size) == (d, "linear", lost))
-        bound = (f"intensity {point.intensity:.1f} > its ridge: compute-bound, only 16-bit units "
-                 "help" if point.intensity > self.ridge(d)
-                 else "below its ridge: this kernel moves its bytes slower than float32's")
         start = f"keeps up to batch {tied}" if tied else "slower than float32 from batch 1"
-        return f"{start}; from batch {lost} under 0.9x float32 ({bound})"
+        return f"{start}; from batch {lost} under 0.9x float32 ({self._why(d, lost)})"
+
+    def table(self) -> str:
+        """Each F.linear point's GFLOP/s and fraction of the roof at its intensity, by batch."""
+        batches = sorted({p.size for p in self.points if p.op == "linear"})
+        lines = ["batch" + "".join(f"{d:>22}" for d in COLOURS)]
+        for b in batches:
+            cells = [self.linear(d, b) for d in COLOURS]
+            texts = [f"{p.rate / 1e9:6.1f} GFLOP/s {self.fraction(p):5.0%}" if p else "-"
+                     for p in cells]
+            lines.append(f"{b:>5}" + "".join(f"{t:>22}" for t in texts))
+        return "\n".join(lines)
 
     def __str__(self) -> str:
-        lines = [f"{d:>9}: bandwidth roof {self.bandwidth[d] / 1e9:6.1f} GB/s, compute roof "
-                 f"{self.compute[d] / 1e9:6.1f} GFLOP/s, ridge at {self.ridge(d):5.2f} FLOP/byte"
-                 for d in COLOURS]
+        lines = [str(self.roofs), "F.linear by batch: achieved GFLOP/s, fraction of its roof",
+                 self.table()]
         lines += [f"{d} weights: {self._words(d)}" for d in ("bfloat16", "float16")]
         tiny = min((p for p in self.points if (p.dtype, p.op) == ("float32", "add")),
                    key=lambda p: p.size)
         speed = tiny.nbytes / tiny.seconds
         lines.append(f"overhead-bound: a float32 add of {tiny.size:,} elements takes "
                      f"{tiny.seconds * 1e6:.1f} us, {speed / 1e9:.1f} GB/s: "
-                     f"{speed / self.bandwidth['float32']:.0%} of the bandwidth roof")
+                     f"{speed / self.roofs.bandwidth:.0%} of the streaming read")
         return "\n".join(lines)
-
-
-def fastest_seconds(fn, device: str | torch.device = "cpu", calls: int = 3,
-                    min_s: float = 0.005) -> float:
-    """The fastest of ``calls`` timed runs after a warm-up, each run repeating ``fn`` for at least
-    ``min_s`` (a roof is the best a kernel does; ratios use :func:`helpers.timing.compare`)."""
-    sync = timing.synchronizer(device)
-    once = timing.seconds_per_call(fn, 1, sync)  # the warm-up, and how long one call takes
-    repeat = max(1, int(min_s / once))
-    return min(timing.seconds_per_call(fn, repeat, sync) for _ in range(calls))
-
-
-def agreement(rule, dtype: torch.dtype, comparison) -> str:
-    """A batch-1 comparison (:class:`helpers.timing.Comparison`) against the rule's advice for
-    chat decoding (:class:`helpers.precision.Advice`), in words: agreement, or a finding and why."""
-    name = str(dtype).removeprefix("torch.")
-    if rule.how == "measure":
-        return ("the rule leaves batch-1 work to measurement here: this is one (08 §5 times a real "
-                "decoder)")
-    if rule.dtype != dtype:
-        return f"the rule advises {rule.how} {str(rule.dtype)[6:]} for decoding here, not {name}"
-    if comparison.verdict == "faster":
-        return f"agrees with the rule ({name} weights for decoding)"
-    if comparison.verdict == "slower":
-        return (f"disagrees with the rule ({name} weights for decoding): a finding; likely reason: "
-                "this 16-bit kernel streams its bytes slower than float32's")
-    return f"no clear difference: neither confirms nor contradicts the rule ({name} weights)"
 
 
 def plot_roofline(roofline: Roofline, ax=None):
@@ -131,7 +121,8 @@ def plot_roofline(roofline: Roofline, ax=None):
     intensities = [p.intensity for p in roofline.points]
     grid = torch.logspace(math.log10(min(intensities) / 2), math.log10(max(intensities) * 2), 200)
     for d, colour in COLOURS.items():
-        roof = torch.minimum(grid * roofline.bandwidth[d], torch.tensor(roofline.compute[d]))
+        compute = torch.tensor(roofline.roofs.compute[d])
+        roof = torch.minimum(grid * roofline.roofs.bandwidth, compute)
         ax.loglog(grid, roof / 1e9, color=colour, linewidth=1, alpha=0.6)
         for op, marker in (("linear", "o"), ("add", "s")):
             mine = sorted((p for p in roofline.points if (p.dtype, p.op) == (d, op)),
@@ -139,7 +130,8 @@ def plot_roofline(roofline: Roofline, ax=None):
             ax.loglog([p.intensity for p in mine], [p.rate / 1e9 for p in mine], marker,
                       color=colour, label=f"{d} {op}")
     ax.set(xlabel="arithmetic intensity (FLOPs per byte moved)", ylabel="achieved GFLOP/s")
-    ax.set_title("Roofline measured here: lines = roofs, circles = F.linear by batch", fontsize=10)
+    ax.set_title("Roofs measured here (streaming read, GEMM per dtype); circles: F.linear by batch",
+                 fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     return ax
 

@@ -1,6 +1,7 @@
 """Notebook 03's scaffolding: section 3's op table; section 4's float32-vs-autocast runs of the
 notebook's training step, and how its measured speed compares with the precision rule."""
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -8,10 +9,8 @@ import torch
 
 from .autocast_rules import BOOKKEEPING_OPS
 from .data import make_loader, shapes_dataset
-from .device import needs_grad_scaler
+from .device import needs_grad_scaler, strict_fp32, tf32_flags
 from .model import ShapesCNN
-from .precision import Advice
-from .timing import Comparison
 from .training import TrainLog, evaluate, make_scaler, train
 
 
@@ -112,38 +111,20 @@ def compare_training(step: Callable, device: torch.device, amp_dtype: torch.dtyp
     return TrainingComparison(logs, accuracy, epochs, examples, test_examples)
 
 
-SMALL_MODEL = ("a small model (ShapesCNN, batch {batch}): the casts, the element-wise ops and "
-               "the float32 AdamW update weigh as much as the convolutions autocast speeds up "
-               "(notebook 09)")
+def float32_baselines(device: torch.device) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+    """The float32 baselines that differ on ``device``, each a context to time it in: strict float32
+    everywhere; on an NVIDIA GPU from Ampere (sm_80) on also PyTorch's defaults as this process has
+    them (TF32 for cuDNN convolutions, not for matmuls, unless the environment changed them: the
+    cell prints the flags) and full TF32 (``set_float32_matmul_precision("high")`` and cuDNN).
+    Elsewhere TF32 does not exist, so the three are one. Untested on a GPU here (simulated)."""
+    baselines = {"strict float32": strict_fp32}
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
+        baselines["PyTorch's defaults"] = contextlib.nullcontext
+        baselines["full TF32"] = lambda: tf32_flags(True)
+    return baselines
 
 
-def rule_agreement(advice: Advice, speed: Comparison, amp_dtype: torch.dtype, batch: int) -> str:
-    """Whether the measured autocast/float32 ratio of a training step agrees with the rule's
-    training ``advice``; a disagreement is a finding with its likely reason."""
-    measured = f"autocast {str(amp_dtype).removeprefix('torch.')}: {speed.verdict}"
-    if advice.how == "measure":
-        return (f"The rule cannot tell here ({advice.reason}): this measurement decides "
-                f"({measured}).")
-    if advice.how.startswith("autocast") and advice.dtype != amp_dtype:
-        wanted = str(advice.dtype).removeprefix("torch.")
-        return (f"The rule advises {advice.how} in {wanted}, not the dtype measured here "
-                f"({measured}).")
-    expects_faster = advice.how.startswith("autocast")
-    if expects_faster and speed.verdict == "faster":
-        return f"Agrees with the rule ({advice.how}, {measured})."
-    if not expects_faster and speed.verdict != "faster":
-        return f"Agrees with the rule ({advice.how}: autocast was not expected to pay; {measured})."
-    if expects_faster and speed.verdict == "no clear difference":
-        return (f"Unclear: the rule advises {advice.how}; this measurement shows no clear difference "
-                f"(rounds {speed.low:.2f}-{speed.high:.2f}x): a gain within the noise, or none at this size.")
-    if expects_faster:
-        reason = SMALL_MODEL.format(batch=batch)
-        if speed.low < 1 < speed.high:
-            reason = (f"a busy machine: its rounds ranged from {speed.low:.2f}x to "
-                      f"{speed.high:.2f}x, on both sides of 1 (run the cell again when the machine "
-                      f"is quiet); else {reason}")
-        return (f"Finding: the rule advises {advice.how} for training, but this step was not "
-                f"faster ({measured}). Likely reason: {reason}.")
-    return (f"Finding: the rule advises {advice.how} for training, yet this step was faster under "
-            f"autocast ({measured}). Likely reason: at this size the step moves more bytes than it "
-            "computes, and 16-bit activations halve those bytes (notebook 00 §2).")
+def tf32_in_effect() -> str:
+    """The two TF32 switches as they are now (printed beside each baseline)."""
+    return (f"TF32 matmuls {torch.backends.cuda.matmul.allow_tf32}, "
+            f"TF32 cuDNN {torch.backends.cudnn.allow_tf32}")

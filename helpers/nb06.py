@@ -110,61 +110,6 @@ def memory_table(entries: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def advised(advice, dtype: torch.dtype, how: str) -> bool:
-    """Is this variant (``how``: "autocast" or "16-bit weights") the rule's ``advice``?"""
-    return advice.dtype == dtype and advice.how.startswith(how)
-
-
-def against_rule(advice, results: dict[tuple[torch.dtype, str], Any]) -> list[str]:
-    """One line per measured variant: agrees with the rule's ``advice``, or a finding with its likely reason.
-
-    ``results`` maps ``(dtype, how)`` to a :class:`helpers.timing.Comparison` against float32.
-    """
-    if advice.dtype is None:
-        return [f"{describe(key)}: {c.verdict}; the rule says measure: this is the measurement"
-                for key, c in results.items()]
-    pick = next((c for key, c in results.items() if advised(advice, *key)), None)
-    lines = []
-    for key, comparison in results.items():
-        name = describe(key)
-        if advised(advice, *key) and comparison.verdict == "faster":
-            lines.append(f"{name}: faster, as the rule advises")
-        elif advised(advice, *key):
-            reason = advised_not_faster(key[1], comparison)
-            lines.append(f"finding: {name} measured {comparison.verdict}, the rule advises it; likely reason: {reason}")
-        elif comparison.verdict != "faster":
-            lines.append(f"{name}: {comparison.verdict}; not the rule's pick: they agree")
-        elif pick is not None and pick.verdict == "faster":
-            lines.append(f"{name}: faster too; the rule's pick ({advice.how}) also measured faster: they agree")
-        else:
-            reason = unadvised_faster(advice, key[0], pick)
-            lines.append(f"finding: {name} measured faster, not the rule's pick; likely reason: {reason}")
-    return lines
-
-
-def describe(key: tuple[torch.dtype, str]) -> str:
-    dtype, how = key
-    return f"{how} {str(dtype).removeprefix('torch.')}"
-
-
-def advised_not_faster(how: str, comparison) -> str:
-    """The likeliest cause of the rule's pick measuring no faster than float32."""
-    if comparison.verdict == "no clear difference":
-        return "the gain is within the margin or the noise of these rounds (a busy machine, a small batch)"
-    if how == "autocast":
-        return "autocast casts every weight again per request, which a small batch does not pay back"
-    return "this batch is too small to be compute-bound, or a 16-bit kernel here is slower than float32's"
-
-
-def unadvised_faster(advice, dtype: torch.dtype, pick) -> str:
-    """The likeliest cause of a variant the rule does not pick measuring faster than float32 (``pick``: the
-    measurement of the rule's own pick, or None)."""
-    if advice.dtype == dtype and pick is not None:
-        cause = advised_not_faster(advice.how, pick)
-        return f"the 16-bit units pay here, and {advice.how} measured {pick.verdict}: {cause}"
-    return "light work (memory- or overhead-bound: a small batch or image) gains from half the bytes, units or not"
-
-
 def serving_result(serve: Callable[[nn.Module, torch.Tensor], torch.Tensor],
                    device: str | torch.device = "cpu", n: int = 16) -> tuple[bool, bool, list[int]]:
     """Serve ``n`` images to the CNN (training mode): (model unchanged, all inference, classes)"""

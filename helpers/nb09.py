@@ -118,16 +118,27 @@ def recurrent_setup(width: int = 32, steps: int = 8, seed: int = 0):
     return cell, inputs
 
 
-def rule_finding(verdict: str, advice) -> str:
-    """``diagnose``'s last line: a bfloat16-autocast step's verdict against float32 (from
-    ``helpers.timing.compare``) beside the rule's :class:`helpers.precision.Advice` for training."""
-    advised = f"{advice.how}, {advice.dtype}"
-    if verdict == "no clear difference":
-        return "unclear: measure again (no clear difference: neither confirms nor contradicts the rule)"
-    if advice.how == "measure":
-        return f"{verdict}; the rule leaves training here to measurement ({advice.reason})"
-    if advice.dtype not in (torch.bfloat16, torch.float32):
-        return f"{verdict}; the rule advises {advised}, not bfloat16: this step does not test it"
-    if (verdict == "faster") == (advice.dtype == torch.bfloat16):
-        return f"agrees with the rule for training here ({advised})"
-    return f"finding: disagrees with the rule for training ({advised}): the shares say why"
+def shares_reason(timing, shares: dict[str, dict]) -> str:
+    """Why a bfloat16-autocast step (``timing``: a :class:`helpers.timing.Comparison` against
+    float32) came out as it did, from each step's profiled shares (``shares["float32"]``,
+    ``shares["bfloat16"]``: :func:`profile_step`'s) times its per-step time from the same rounds as
+    the ratio; "unexplained here" where the shares do not cover the difference."""
+    loading = [shares[name]["data loading"][1] for name in ("float32", "bfloat16")]
+    if min(loading) >= 0.5:
+        return (f"data loading takes {loading[0]:.0%} and {loading[1]:.0%} of the two steps: the "
+                "dtype of the arithmetic cannot change that part")
+    if timing.verdict not in ("faster", "slower"):
+        return f"no reason given: {timing.verdict}"
+    ms = {"float32": timing.baseline_s * 1e3, "bfloat16": timing.candidate_s * 1e3}
+    part = {(name, k): ms[name] * shares[name][k][1] for name in ms for k in ("casts", "matmuls")}
+    lost = ms["bfloat16"] - ms["float32"]  # above 0: bfloat16 slower
+    saved = part["float32", "matmuls"] - part["bfloat16", "matmuls"]
+    numbers = (f"step {ms['float32']:.2f} -> {ms['bfloat16']:.2f} ms, matmuls "
+               f"{part['float32', 'matmuls']:.2f} -> {part['bfloat16', 'matmuls']:.2f} ms, casts "
+               f"{part['float32', 'casts']:.2f} -> {part['bfloat16', 'casts']:.2f} ms")
+    added = part["bfloat16", "casts"] - part["float32", "casts"]
+    if lost > 0 and added - saved >= 0.5 * lost:
+        return f"the casts autocast adds and the matmuls' change cover most of the time lost ({numbers})"
+    if lost < 0 and saved >= 0.5 * -lost:
+        return f"the matmuls' time fell by more than half of what the step saved ({numbers})"
+    return f"unexplained here ({numbers})"

@@ -57,41 +57,31 @@ def test_dtype_counts_counts_each_ops_output_dtypes_in_order_of_first_sight():
     assert list(lab.dtype_counts(ops)) == ["convolution", "native_batch_norm"]  # order of first sight
 
 
-def comparison(ratio, low, high, verdict):
-    return helpers.timing.Comparison(ratio, low, high, verdict, 0.01, 0.01 / ratio, 2)
+class _FakeCudaDevice:
+    type = "cuda"
 
 
-BF16_AUTOCAST = helpers.Advice(torch.bfloat16, "autocast", "CPU (avx512_bf16): native bf16")
-FLOAT32 = helpers.Advice(torch.float32, "float32", "CPU (no AVX512 or 16-bit flags): no native 16-bit")
+@pytest.mark.parametrize("capability, names", [
+    ((8, 0), ["strict float32", "PyTorch's defaults", "full TF32"]),  # Ampere on: TF32 exists
+    ((7, 0), ["strict float32"]),  # V100, T4: no TF32, the three are one
+])
+def test_float32_baselines_on_a_simulated_gpu(monkeypatch, capability, names):
+    """Simulated: the GPU branch of 03 §4's baselines (untested on a GPU here)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert list(lab.float32_baselines(_FakeCudaDevice())) == names
 
 
-def test_rule_agreement_says_agrees_when_the_measurement_matches_the_rule():
-    faster = comparison(1.3, 1.2, 1.4, "faster")
-    assert lab.rule_agreement(BF16_AUTOCAST, faster, torch.bfloat16, 32).startswith("Agrees with the rule")
-    for verdict in ("slower", "no clear difference"):
-        measured = comparison(0.5, 0.4, 0.6, verdict)
-        assert lab.rule_agreement(FLOAT32, measured, torch.bfloat16, 8).startswith("Agrees with the rule")
-
-
-def test_rule_agreement_prints_a_disagreement_as_a_finding_with_its_likely_reason():
-    slower = comparison(0.6, 0.5, 0.7, "slower")
-    text = lab.rule_agreement(BF16_AUTOCAST, slower, torch.bfloat16, 32)
-    assert text.startswith("Finding: the rule advises autocast") and "small model" in text and "batch 32" in text
-    noisy = comparison(1.05, 0.3, 2.5, "no clear difference")
-    text = lab.rule_agreement(BF16_AUTOCAST, noisy, torch.bfloat16, 32)
-    assert text.startswith("Unclear:") and "0.30-2.50x" in text  # no clear difference disagrees with nothing
-    faster = comparison(1.5, 1.3, 1.7, "faster")
-    text = lab.rule_agreement(FLOAT32, faster, torch.bfloat16, 8)
-    assert text.startswith("Finding: the rule advises float32") and "halve those bytes" in text
-
-
-def test_rule_agreement_when_the_rule_cannot_tell_or_names_another_dtype():
-    measure = helpers.Advice(None, "measure", "CPU flags unreadable here")
-    text = lab.rule_agreement(measure, comparison(1.3, 1.2, 1.4, "faster"), torch.bfloat16, 32)
-    assert "cannot tell" in text and "this measurement decides" in text
-    fp16 = helpers.Advice(torch.float16, "autocast + GradScaler", "Tesla T4 (sm_75)")
-    text = lab.rule_agreement(fp16, comparison(1.3, 1.2, 1.4, "faster"), torch.bfloat16, 32)
-    assert "in float16, not the dtype measured here" in text
+def test_float32_baselines_set_the_tf32_switches_they_name(monkeypatch):
+    assert list(lab.float32_baselines(CPU)) == ["strict float32"]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100
+    baselines = lab.float32_baselines(_FakeCudaDevice())
+    with baselines["full TF32"]():
+        assert torch.get_float32_matmul_precision() == "high"
+        assert "TF32 matmuls True, TF32 cuDNN True" == lab.tf32_in_effect()
+    with baselines["strict float32"]():
+        assert "TF32 matmuls False, TF32 cuDNN False" == lab.tf32_in_effect()
+    assert torch.get_float32_matmul_precision() == "highest"  # restored
+    assert not hasattr(lab, "rule_agreement")
 
 
 def test_03_6_smallest_update_that_changes_two_in_float16():

@@ -101,39 +101,21 @@ def test_photo_batch_copies_the_photo_channels_last():
     assert torch.equal(batch[0], batch[2]) and torch.equal(batch[:1], nb06.resize(photo, 16))
 
 
-def _comparison(verdict: str) -> helpers.timing.Comparison:
-    ratio = {"faster": 1.5, "slower": 0.5, "no clear difference": 1.0}[verdict]
-    return helpers.timing.Comparison(ratio, ratio, ratio, verdict, 1.0, 1 / ratio, 2)
+def test_section_7_prints_a_reason_and_a_claim_only_through_the_shared_helpers():
+    """06 §7 reads its verdicts with helpers.timing.against_rule and its reasons with helpers.roofs;
+    the old per-notebook reasons (a cause chosen by branch) are gone."""
+    sources = "\n".join(support_cell_sources())
+    assert "helpers.timing.against_rule(c, expected, verdicts=verdicts)" in sources
+    assert "roof.reason(c, *kernels, measured)" in sources
+    assert "error=helpers.timing.shared_error(verdicts)" in sources
+    assert not hasattr(nb06, "against_rule") and not hasattr(nb06, "advised_not_faster")
 
 
-def test_against_rule_agrees_or_prints_a_finding_with_a_reason():
-    advice = helpers.precision.Advice(torch.bfloat16, "16-bit weights", "a reason")
-    results = {(torch.bfloat16, "16-bit weights"): _comparison("faster"),
-               (torch.bfloat16, "autocast"): _comparison("slower"),
-               (torch.float16, "16-bit weights"): _comparison("faster")}
-    lines = nb06.against_rule(advice, results)
-    assert lines[0] == "16-bit weights bfloat16: faster, as the rule advises"
-    assert lines[1] == "autocast bfloat16: slower; not the rule's pick: they agree"
-    assert lines[2].startswith("16-bit weights float16: faster too; the rule's pick (16-bit weights) also measured")
-    slow_pick = {**results, (torch.bfloat16, "16-bit weights"): _comparison("slower")}
-    lines = nb06.against_rule(advice, slow_pick)
-    assert lines[0].startswith("finding: 16-bit weights bfloat16 measured slower, the rule advises it; likely reason:")
-    assert "too small to be compute-bound" in lines[0]
-    assert lines[2].startswith("finding: 16-bit weights float16 measured faster, not the rule's pick; likely reason")
-    assert "half the bytes" in lines[2]
-    same_dtype = nb06.against_rule(advice, {(torch.bfloat16, "16-bit weights"): _comparison("no clear difference"),
-                                            (torch.bfloat16, "autocast"): _comparison("faster")})
-    assert same_dtype[0].startswith("finding: 16-bit weights bfloat16 measured no clear difference")
-    assert "noise" in same_dtype[0]
-    assert same_dtype[1].startswith("finding: autocast bfloat16 measured faster, not the rule's pick")
-    assert "16-bit weights measured no clear difference: the gain is within the margin" in same_dtype[1]
-    autocast_advice = helpers.precision.Advice(torch.bfloat16, "autocast", "a reason")
-    slow = nb06.against_rule(autocast_advice, {(torch.bfloat16, "autocast"): _comparison("slower")})
-    assert "casts every weight again" in slow[0]
-    measure = helpers.precision.Advice(None, "measure", "a reason")
-    assert "the rule says measure" in nb06.against_rule(measure, results)[0]
-    float32 = helpers.precision.Advice(torch.float32, "float32", "a reason")
-    assert nb06.against_rule(float32, results)[0].startswith("finding: 16-bit weights bfloat16 measured faster")
+def support_cell_sources() -> list[str]:
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "06_deploying_half_precision.ipynb"
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
 
 
 # --- exercises 06.1-06.3 -----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import helpers
 from helpers import nb08 as lab
 from helpers.exercises import solution
 from helpers.solutions import nb08 as solutions
+from tests.support import code_cells, definitions
 from tools import reference
 
 
@@ -187,32 +188,17 @@ def test_a_decoding_round_holds_five_calls_of_the_slowest():
     assert lab.round_seconds(slow, cap=0.1) == 0.1  # a stalled machine: capped
 
 
-@pytest.mark.parametrize("verdict, ratio, cause", [
-    ("faster", 3.0, "more than half the bytes explain"), ("faster", 1.5, "within what half"),
-    ("slower", 0.6, "slower despite half the bytes"), ("no clear difference", 3.35, "nothing to explain"),
-    ("no clear difference", 0.61, "nothing to explain")])
-def test_decoding_is_explained_only_for_a_clear_verdict(verdict, ratio, cause):
-    line = lab.decode_explanation("float16", _comparison(ratio, ratio / 2, ratio * 2, verdict), "steps")
-    assert cause in line
-    if verdict == "no clear difference":
-        assert "explain:" not in line and "slower despite" not in line
-
-
-def test_the_chat_conclusion_follows_the_verdicts():
-    measure = helpers.precision.Advice(None, "measure", "kernels decide")
-    bf16 = helpers.precision.Advice(torch.bfloat16, "16-bit weights", "native")
-    unclear = {torch.bfloat16: "no clear difference", torch.float16: "no clear difference"}
-    lines = lab.chat_finding(unclear, measure)
-    assert "no clear winner" in lines[0] and "leaves this case" in lines[1] and len(lines) == 2
-    assert "neither confirms nor contradicts" in lab.chat_finding(unclear, bf16)[1]
-    mixed = {torch.bfloat16: "faster", torch.float16: "no clear difference"}
-    assert lab.chat_finding(mixed, bf16)[1].startswith("agrees")
-    both = lab.chat_finding({torch.bfloat16: "faster", torch.float16: "faster"}, bf16)
-    assert "not timed against each other" in both[0] and "overflow" in both[-1]
-    slower = lab.chat_finding({torch.bfloat16: "slower", torch.float16: "slower"}, bf16)
-    assert slower[0].startswith("float32") and slower[1].startswith("finding: disagrees")
-    only_fp16 = lab.chat_finding({torch.bfloat16: "slower", torch.float16: "faster"}, bf16)
-    assert only_fp16[1].startswith("finding: disagrees")
+@pytest.mark.parametrize("prefill, decode, verdict", [
+    ((2.0, 1.8, 2.2), (1.7, 1.5, 1.9), "faster"),
+    ((0.4, 0.35, 0.45), (0.5, 0.45, 0.55), "slower"),
+    ((2.0, 1.8, 2.2), (0.9, 0.5, 1.6), "no clear difference"),  # decoding's interval straddles 1x
+])
+def test_the_chat_turn_is_judged_from_both_intervals(prefill, decode, verdict):
+    """08 §5's chat_verdict (typed in its cell): the turn's interval from both intervals' ends."""
+    chat_verdict = definitions("08", "chat_ratio", "chat_verdict")["chat_verdict"]
+    m = {"tokens": 32, "prefill": _comparison(*prefill, "faster"), "decode": _comparison(*decode, "faster")}
+    median, low, high, judged = chat_verdict(1.0, m)
+    assert low <= median <= high and judged == verdict
 
 
 def _audit_cells():
@@ -276,3 +262,9 @@ def test_a_float32_island_keeps_the_float16_model_right():
         fixed = half(readings.half()).float()
     assert (broken - expected).abs().max() > 0.5
     torch.testing.assert_close(fixed, expected, rtol=0, atol=1e-2)  # float16's rounding of the head's inputs
+
+
+def test_section_5_reads_the_rule_with_the_shared_helpers_only():
+    assert not hasattr(lab, "chat_finding") and not hasattr(lab, "decode_explanation")
+    source = "\n".join(c for c in code_cells("08") if "roof.reason(dec" in c)
+    assert "helpers.timing.against_rule(dec, expected, verdicts=verdicts)" in source

@@ -201,17 +201,31 @@ def test_a_step_reads_its_data_again_after_each_pass():
     assert [torch.equal(x, batches[i % 2][0]) for i, x in enumerate(seen)] == [True] * 5
 
 
-def test_diagnose_claims_agreement_only_for_a_clear_verdict_and_a_definite_rule():
-    from helpers.precision import Advice
-    bf16 = Advice(torch.bfloat16, "autocast", "native")
-    fp32 = Advice(torch.float32, "float32", "emulated")
-    assert lab.rule_finding("no clear difference", bf16).startswith("unclear: measure again")
-    assert lab.rule_finding("no clear difference", Advice(None, "measure", "?")).startswith("unclear")
-    measure = lab.rule_finding("faster", Advice(None, "measure", "unknown device"))
-    assert "agree" not in measure and "leaves training here to measurement" in measure
-    assert lab.rule_finding("faster", bf16).startswith("agrees")
-    assert lab.rule_finding("slower", bf16).startswith("finding: disagrees")
-    assert lab.rule_finding("slower", fp32).startswith("agrees")
-    assert lab.rule_finding("faster", fp32).startswith("finding: disagrees")
-    fp16 = lab.rule_finding("faster", Advice(torch.float16, "autocast + GradScaler", "tensor cores"))
-    assert "agree" not in fp16
+def _shares(casts: float, matmuls: float, loading: float = 0.0) -> dict:
+    return {"casts": (16.0, casts), "matmuls": (8.0, matmuls), "data loading": (1.0, loading)}
+
+
+def _timing(f32_s: float, bf16_s: float, verdict: str):
+    from helpers.timing import Comparison
+    ratio = f32_s / bf16_s
+    return Comparison(ratio, ratio * 0.9, ratio * 1.1, verdict, f32_s, bf16_s, 2)
+
+
+def test_diagnose_gives_a_reason_only_where_the_shares_cover_the_difference():
+    casts_cost = lab.shares_reason(_timing(0.010, 0.015, "slower"),  # 5 ms lost, casts add 3 of it
+                                   {"float32": _shares(0.0, 0.2), "bfloat16": _shares(0.2, 0.1)})
+    assert casts_cost.startswith("the casts autocast adds and the matmuls' change cover")
+    assert "step 10.00 -> 15.00 ms" in casts_cost
+    matmuls_saved = lab.shares_reason(_timing(0.010, 0.006, "faster"),  # matmuls 8 -> 3 ms
+                                      {"float32": _shares(0.0, 0.8), "bfloat16": _shares(0.05, 0.5)})
+    assert matmuls_saved.startswith("the matmuls' time fell")
+    unexplained = lab.shares_reason(_timing(0.010, 0.006, "faster"),  # matmuls barely moved
+                                    {"float32": _shares(0.0, 0.1), "bfloat16": _shares(0.05, 0.15)})
+    assert unexplained.startswith("unexplained here (")
+    starved = {"float32": _shares(0.0, 0.05, 0.8), "bfloat16": _shares(0.01, 0.05, 0.8)}
+    loader = lab.shares_reason(_timing(0.010, 0.010, "no clear difference"), starved)
+    assert loader.startswith("data loading takes 80% and 80% of the two steps")
+    idle = {"float32": _shares(0.0, 0.1), "bfloat16": _shares(0.0, 0.1)}
+    unclear = lab.shares_reason(_timing(0.010, 0.010, "no clear difference"), idle)
+    assert unclear == "no reason given: no clear difference"
+    assert not hasattr(lab, "rule_finding")
