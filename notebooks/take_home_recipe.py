@@ -242,9 +242,8 @@ def choose_precision(d: dict) -> dict[str, Advice]:
 # <<< end of copy
 
 
-# Clip the gradients' total norm to this (after unscale_), so that one bad batch cannot throw the
-# weights far. 1.0 is a common start; clip_grad_norm_ returns the norm: print it to see yours.
-# None: no clipping.
+# Clip the gradients' total norm to this after unscale_ (None: no clipping), so that one bad batch
+# cannot throw the weights far; 1.0 is a common start (clip_grad_norm_ returns the norm: print it).
 MAX_GRAD_NORM = 1.0
 LOG_EVERY = 4  # read the loss every this many steps: each .item() waits for the device (09 §4)
 SCALED = "autocast + GradScaler"
@@ -252,15 +251,13 @@ SCALED = "autocast + GradScaler"
 
 def make_data(n: int = 512, features: int = 16, classes: int = 4, seed: int = 0) -> TensorDataset:
     """Replace with your data. Toy task: which of the first ``classes`` features is largest."""
-    generator = torch.Generator().manual_seed(seed)
-    inputs = torch.randn(n, features, generator=generator)
+    inputs = torch.randn(n, features, generator=torch.Generator().manual_seed(seed))
     return TensorDataset(inputs, inputs[:, :classes].argmax(dim=1))
 
 
 def make_model(features: int = 16, classes: int = 4) -> nn.Module:
     """Replace with your model. Its weights stay float32: autocast computes in 16 bits from them."""
-    hidden = nn.Linear(features, 64)
-    return nn.Sequential(hidden, nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, classes))
+    return nn.Sequential(nn.Linear(features, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, classes))
 
 
 def autocast(advice: Advice, device: torch.device):
@@ -278,8 +275,7 @@ def make_scaler(how: str, device: torch.device) -> torch.amp.GradScaler:
 
 def train_one_epoch(model, loader, optimizer, scaler, advice: Advice, device, scheduler=None,
                     max_grad_norm: float | None = MAX_GRAD_NORM, log_every: int = LOG_EVERY):
-    """The recipe: autocast around forward and loss only; the scaler around backward and step.
-    Returns the loss of every ``log_every``-th step (the first, then every ``log_every``)."""
+    """The recipe: autocast around forward and loss only; the scaler around backward and step."""
     model.train()
     losses = []
     for step, (inputs, labels) in enumerate(loader):
@@ -301,8 +297,7 @@ def train_one_epoch(model, loader, optimizer, scaler, advice: Advice, device, sc
     return losses
 
 
-def precision_record(advice: Advice) -> dict[str, str]:
-    """What a checkpoint stores of the training precision."""
+def precision_record(advice: Advice) -> dict[str, str]:  # what a checkpoint stores of it
     return {"how": advice.how, "dtype": str(advice.dtype)}
 
 

@@ -167,12 +167,14 @@ def _prose_cells(path):
 
 def test_prose_stays_in_short_cells_and_the_readme_short():
     """Issue 26's targets: no prose cell over 250 words, at most 20 over 150 in the course, the first nine
-    notebooks within 27,000 markdown words, the README within 2,000."""
+    notebooks within 28,000 markdown words (27,000 until issue 39 taught the order-statistic interval, its
+    sequential looks and the A/A check in 01 §4, about 800 words, and issue 40 added 08 §7's overflow audit),
+    the README within 2,000."""
     cells = {p.name: list(_prose_cells(p)) for p in NOTEBOOKS}
     long = [(name, words) for name, found in cells.items() for words, table in found if words > 250 and not table]
     assert not long, f"prose cells over 250 words: {long}"
     assert sum(words > 150 and not table for found in cells.values() for words, table in found) <= 20
-    assert sum(words for name, found in cells.items() if name[:2] < "09" for words, _ in found) <= 27_000
+    assert sum(words for name, found in cells.items() if name[:2] < "09" for words, _ in found) <= 28_000
     assert len(re.findall(r"[A-Za-z0-9][\w'’-]*", README.read_text())) <= 2_000
 
 

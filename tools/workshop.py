@@ -121,7 +121,7 @@ NEXT_STEPS = ("02 §4-5 (tensors made in `forward`: `new_zeros`, and masks: `fin
               "00 §2 (your roofline) and §8 (16-bit sums), 01 §3 (accuracy), 03 §3 (op dtypes), "
               "04 §1 (leftover micro-batches) and §5 (`unscale_` before clipping), 06 (deployment), "
               "07 §1 (the decision rule), 08 (transformers; §7 audits a model before serving it in float16), "
-              "09 (is it faster?), 10 (below 16 bits)")
+              "09 (is it faster?), 10 (below 16 bits), 11 (weight-only int8 and int4)")
 
 
 def fit(calibration=CALIBRATION) -> tuple[float, float, float]:
