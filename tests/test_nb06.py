@@ -112,10 +112,8 @@ def test_section_7_prints_a_reason_and_a_claim_only_through_the_shared_helpers()
 
 
 def support_cell_sources() -> list[str]:
-    import json
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "06_deploying_half_precision.ipynb"
-    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    from tests.support import code_cells
+    return code_cells("06")
 
 
 # --- exercises 06.1-06.3 -----------------------------------------------------------------------------------
