@@ -6,12 +6,16 @@ Its training, checkpoint and inference code is checked, with mutants, in tests/t
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import io
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -64,6 +68,26 @@ def isolated_copy(tmp_path_factory) -> Path:
     return folder / SCRIPT.name
 
 
+BRANCHES = {"float32": CPU_FLOAT32, "bf16-autocast": CPU_BF16, "fp16-autocast-GradScaler": T4}
+
+
+@pytest.fixture(scope="module")
+def branch_outputs(isolated_copy) -> dict[str, str]:
+    """Each CPU branch's output, the three run one after another in one interpreter without ``helpers`` (one
+    torch import, not three)."""
+    runs = [[isolated_copy.name, "--device", "cpu", "--device-description", json.dumps(description)]
+            for description in BRANCHES.values()]
+    code = (f"import runpy, sys; sys.path[:0] = {SITE_PACKAGES!r}\n"
+            f"for sys.argv in {runs!r}:\n"
+            "    print('=== next run ===', flush=True)\n"
+            "    runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=isolated_copy.parent,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    outputs = result.stdout.split("=== next run ===\n")[1:]
+    return dict(zip(BRANCHES, outputs, strict=True))
+
+
 def run_isolated(script: Path, description: dict | None = None, *more: str) -> str:
     argv = [script.name, *more]
     if description is not None:
@@ -79,13 +103,14 @@ def logged_losses(out: str) -> list[float]:
     return [float(first), float(last)]
 
 
-@pytest.mark.parametrize("description, training, inference", [
-    (CPU_FLOAT32, "training:          float32 (torch.float32)", "Inference (float32)"),
-    (CPU_BF16, "training:          autocast (torch.bfloat16)", "Inference (16-bit weights)"),
-    (T4, "training:          autocast + GradScaler (torch.float16)", "Inference (autocast)"),
-], ids=["float32", "bf16-autocast", "fp16-autocast-GradScaler"])
-def test_each_cpu_branch_runs_without_helpers(isolated_copy, description, training, inference):
-    out = run_isolated(isolated_copy, description, "--device", "cpu")
+@pytest.mark.parametrize("branch, training, inference", [
+    ("float32", "training:          float32 (torch.float32)", "Inference (float32)"),
+    ("bf16-autocast", "training:          autocast (torch.bfloat16)", "Inference (16-bit weights)"),
+    ("fp16-autocast-GradScaler", "training:          autocast + GradScaler (torch.float16)", "Inference (autocast)"),
+], ids=list(BRANCHES))
+def test_each_cpu_branch_runs_without_helpers(branch_outputs, branch, training, inference):
+    out = branch_outputs[branch]
+    description = BRANCHES[branch]
     assert out.startswith("Running on cpu, with a made-up device's recipe") and training in out
     how = training.split()[1:-1]
     assert f"Trained 8 steps ({' '.join(how)}): loss" in out and f"{inference}: torch.float32 logits" in out
@@ -166,8 +191,30 @@ def test_the_mps_on_torch_24_autocast_line_runs_where_the_old_one_raised():
 
 
 def run_recipe(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", *argv], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    """``python take_home_recipe.py --device cpu ARGV`` in ``tmp_path``, run in this process (torch is imported
+    once: a second interpreter per call cost seconds): its exit status, standard output and standard error,
+    where a ``SystemExit`` with a message and each warning are written as the interpreter would write them."""
+    recipe = load_recipe()
+    out = io.StringIO()
+    err = io.StringIO()
+    returncode = 0
+    folder = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            try:
+                recipe.main(["--device", "cpu", *argv])
+            except SystemExit as exit_:
+                returncode = exit_.code if isinstance(exit_.code, int) else 1
+                if isinstance(exit_.code, str):
+                    err.write(exit_.code + "\n")
+    finally:
+        os.chdir(folder)
+    for warning in caught:
+        err.write(f"{warning.category.__name__}: {warning.message}\n")
+    return subprocess.CompletedProcess(argv, returncode, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize("description, message", [
