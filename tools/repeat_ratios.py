@@ -21,13 +21,13 @@ from nbclient import NotebookClient
 from tools.run_notebooks import output_problems
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-TIMED = ("01_half_precision_inference.ipynb", "03_autocast_training.ipynb",
+TIMED = ("00_setup_and_number_formats.ipynb", "01_half_precision_inference.ipynb", "03_autocast_training.ipynb",
          "06_deploying_half_precision.ipynb", "08_transformers_in_mixed_precision.ipynb",
-         "09_is_it_faster.ipynb")
+         "09_is_it_faster.ipynb", "11_weight_only_int8_int4.ipynb")
 NUMBER = r"(\d+\.\d+|inf)"
 RATIO = re.compile(NUMBER + r"x \((faster|slower|no clear difference|too busy to tell); "
                    r"median between " + NUMBER + "x and " + NUMBER + "x")
-CHECK = re.compile(r"^(agrees with the rule|borderline|finding)")
+CHECK = re.compile(r"^(?:-> )?(agrees with the rule|borderline|finding)")
 
 
 def printed_ratios(notebook) -> dict[str, tuple[str, str | None]]:
