@@ -139,16 +139,22 @@ def load_gpt(path: str | Path = CHECKPOINT, device: str | torch.device = "cpu") 
 
 
 @torch.inference_mode()
-def generate(model: GPT, prompt: str, n: int) -> str:
-    """Greedy decoding of ``n`` bytes after ``prompt``: one prefill, then one cached step each."""
-    ids = encode(prompt)[None].to(next(model.parameters()).device)
-    logits, cache = model(ids)
+def greedy(model: GPT, prompt_ids: torch.Tensor, n: int) -> torch.Tensor:
+    """Greedy decoding of ``n`` ids after each prompt of the batch (one prefill, then one cached step
+    each); returns the generated ids, (batch, n)."""
+    logits, cache = model(prompt_ids)
     out = []
     for _ in range(n):
         ids = logits[:, -1:].argmax(-1)
         out.append(ids)
         logits, cache = model(ids, cache)
-    return decode(torch.cat(out, dim=1)[0].cpu())
+    return torch.cat(out, dim=1)
+
+
+def generate(model: GPT, prompt: str, n: int) -> str:
+    """Greedy decoding of ``n`` bytes after ``prompt``: one prefill, then one cached step each."""
+    ids = encode(prompt)[None].to(next(model.parameters()).device)
+    return decode(greedy(model, ids, n)[0].cpu())
 
 
 def cache_bytes(cache: Cache) -> int:

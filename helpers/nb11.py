@@ -5,26 +5,13 @@ the quantised Linear layers, the timing) are written in the notebook's cells."""
 import torch
 from torch import nn
 
-from .nb08 import GPT, batch, load_gpt, mean_loss, token_splits  # noqa: F401
+from .nb08 import GPT, batch, greedy, load_gpt, mean_loss, token_splits  # noqa: F401
 from .nb10 import convert_linears  # noqa: F401
 
 
 def prompts(ids: torch.Tensor, count: int, length: int, seed: int) -> torch.Tensor:
     """``count`` seeded windows of ``length`` ids from ``ids``: the prompts greedy decoding continues."""
     return batch(ids, count, length, torch.Generator().manual_seed(seed))[0]
-
-
-@torch.inference_mode()
-def greedy(model: GPT, prompt_ids: torch.Tensor, n: int) -> torch.Tensor:
-    """Greedy decoding of ``n`` ids after each prompt of the batch (one prefill, then one cached step
-    each, as 08's ``generate``); returns the generated ids, (batch, n)."""
-    logits, cache = model(prompt_ids)
-    out = []
-    for _ in range(n):
-        ids = logits[:, -1:].argmax(-1)
-        out.append(ids)
-        logits, cache = model(ids, cache)
-    return torch.cat(out, dim=1)
 
 
 def agreement(generated: torch.Tensor, reference: torch.Tensor) -> tuple[float, int]:
