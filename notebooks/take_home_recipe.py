@@ -212,7 +212,7 @@ def why_fp16(d: dict, workload: str) -> str:
     if workload == "chat decoding":
         return ("fp16 weights halve the bytes per token, but bf16-trained checkpoints can "
                 "overflow (transformers#36822, #5651): run 08's overflow audit, then keep the "
-                "modules it names as float32 islands (autocast off around them, inputs cast with "
+                "modules it names in float32 (autocast off around them, inputs cast with "
                 ".float(): 08 §7), or serve in float32")
     if workload == "batched inference":
         return ("autocast keeps the ops on its float32 list in float32, where fp16 could "

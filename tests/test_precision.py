@@ -150,7 +150,7 @@ def test_fp16_decoding_on_a_t4_or_v100_carries_the_overflow_caveat_and_its_two_w
     chat = choose_precision(cuda(name, capability))["chat decoding"]
     assert (chat.dtype, chat.how) == (FP16, "16-bit weights")
     for words in ("overflow", "transformers#36822", "#5651", "08's overflow audit, then keep",
-                  "float32 islands (autocast off around them", ".float()", "or serve in float32"):
+                  "in float32 (autocast off around them", ".float()", "or serve in float32"):
         assert words in chat.reason, words
     assert "float32 weights" not in chat.reason  # under autocast they protect nothing (47.1)
     assert ("cu126" in chat.reason) == (capability == (7, 0))  # the V100 wheel note
@@ -369,7 +369,7 @@ def test_the_decoding_caveat_says_float32_islands_in_the_rule_its_copies_and_07s
     prose = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
     code = "\n".join(copies.code_cells(next(NOTEBOOKS.glob("07_*.ipynb"))))
     for text in (Path(precision.__file__).read_text(), recipe, code):
-        assert "float32 islands (autocast off around them" in text and "or serve in float32" in text
+        assert "in float32 (autocast off around them" in text and "or serve in float32" in text
         assert "keep float32 weights under fp16 autocast" not in text
-    assert "float32 islands (autocast off around them" in prose and "or serve in float32" in prose
+    assert "in float32 (autocast off around them" in prose and "or serve in float32" in prose
     assert "or keep float32 weights" not in prose
