@@ -31,6 +31,7 @@ _import_cpp_extension_quietly()
 
 KNOWN_DEVICE_TYPES = ("cpu", "cuda", "mps")
 DEVICE_SWITCH = "AMP_COURSE_DEVICE"  # AMP_COURSE_DEVICE=cpu: every notebook on the CPU (the playbook)
+MPS_UNTESTED = "untested here: no Mac run is recorded in data/"  # said wherever MPS is chosen
 
 
 def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
@@ -47,18 +48,20 @@ def _device_available(device_type: str) -> bool:
 
 
 def _mps_trains_16_bit() -> bool:
-    """True where the rule trains in 16 bits on this Mac's GPU (torch 2.8 on; untested here)."""
+    """True where the rule trains in 16 bits on this Mac's GPU: on no torch until a Mac run is
+    recorded in data/ (the rule says measure there), so only a learner's choice picks MPS."""
     return choose_precision(describe_device("mps"))["training"].dtype == torch.float16
 
 
 def pick_device(preferred: str | torch.device | None = None) -> torch.device:
     """``preferred`` after checking it, else the :data:`DEVICE_SWITCH` environment variable's device,
-    else the best: CUDA, then MPS where the rule trains in 16 bits there, then CPU; 00 §1."""
+    else the best: CUDA, then MPS where the rule trains in 16 bits there (nowhere yet: MPS is
+    untested here, ``AMP_COURSE_DEVICE=mps`` opts in), then CPU; 00 §1."""
     preferred = preferred or os.environ.get(DEVICE_SWITCH) or None
     if preferred is None and _device_available("cuda"):
         return torch.device("cuda")
     if preferred is None and _device_available("mps") and _mps_trains_16_bit():
-        return torch.device("mps")  # before torch 2.8 no GradScaler there (pytorch#150255)
+        return torch.device("mps")  # not while the rule says measure there (helpers.precision)
     if preferred is None:
         return torch.device("cpu")
     choices = f"use one of {', '.join(KNOWN_DEVICE_TYPES)}, or pick_device() for the best one"
@@ -111,7 +114,8 @@ def autocast_dtype(device: str | torch.device) -> torch.dtype:
     """The dtype the notebooks autocast to on ``device``; 00 §1. The rule's training dtype
     (helpers.precision) where it is 16-bit; where the rule says float32 or measure, the lessons
     still show autocast in the device's default dtype, emulated (CPU bf16, CUDA fp16), and say
-    so. MPS: the rule's fp16 from torch 2.8; before that, no 16-bit training there (untested)."""
+    so. MPS, chosen by the learner: fp16 from torch 2.8 (GradScaler's MPS kernels), where the rule
+    says measure (untested here); before that, no 16-bit training there."""
     device = torch.device(device)
     if not supported_autocast_dtypes(device.type):
         raise ValueError(f"torch {torch.__version__} has no autocast for {device.type!r}: "
@@ -119,6 +123,8 @@ def autocast_dtype(device: str | torch.device) -> torch.dtype:
     training = choose_precision(describe_device(device))["training"]
     if training.dtype in (torch.bfloat16, torch.float16):
         return training.dtype
+    if device.type == "mps" and _version_at_least(torch.__version__, (2, 8)):
+        return torch.float16  # chosen by the learner, the rule says measure: the lessons show fp16
     if device.type == "mps":
         raise ValueError(f"torch {torch.__version__} cannot train in 16 bits on MPS "
                          f"({training.reason}): upgrade torch to 2.8 or later, or use the CPU "
@@ -292,7 +298,7 @@ def machine_stamp(device: str | torch.device | None = None) -> str:
     else:
         where = (f"{cpu_model()} ({_sixteen_bit_flags()}, "
                  f"{torch.backends.cpu.get_cpu_capability()} kernels)")
-        where = f"Apple GPU (mps) on {where}" if device.type == "mps" else where
+        where = f"Apple GPU (mps, {MPS_UNTESTED}) on {where}" if device.type == "mps" else where
     if os.environ.get(DEVICE_SWITCH):
         where = f"{where}, chosen by {DEVICE_SWITCH}={os.environ[DEVICE_SWITCH]}"
     return f"Outputs made on: {where}, {torch.get_num_threads()} threads, torch {torch.__version__}"

@@ -10,13 +10,17 @@ autocast, GradScaler's MPS kernels, which wheels carry a GPU), the hardware what
 Sources, by number: pytorch#99272 (MPS autocast, fp16, torch 2.5), #142397 (GradScaler raised on
 MPS in 2.5), #150255 (GradScaler's MPS kernels, first in 2.8; huggingface/accelerate#3373 gates MPS
 scaling on 2.8), #184286 (MPS unscale zeroed fp16/bf16 gradients, May 2026), #186360 (MPS fused
-Adam ignored found_inf, June 2026; the first release with it is not checked here), #162921 (MPS
-from torch 2.9 needs macOS 14), transformers#40458 (bf16 emulated on M1/M2), karpathy/nanochat#685
+Adam ignored found_inf, June 2026; the first releases with these two fixes are not checked here),
+#162921 (MPS from torch 2.9 needs macOS 14), transformers#40458 (bf16 emulated on M1/M2), karpathy/nanochat#685
 (a bf16 training step took ~17 % longer than float32 on an M4 Max), transformers#36822 and #5651
-(bf16-trained Gemma 3 and T5 overflow in fp16), pytorch#172352 and #175253 (torch 2.11: Volta only
-in the cu126 wheels), oneDNN's dispatcher_control.md (ONEDNN_MAX_CPU_ISA levels), AMD's "AMD matrix
-cores" lab note (bf16 matrix cores on MI200, gfx90a) and CDNA3 (MI300, gfx942). No Mac ran any of
-this: every MPS line is untested here.
+(bf16-trained Gemma 3 and T5 overflow in fp16; transformers' remedy, ``_keep_in_fp32_modules``,
+#20683, keeps such modules float32 without autocast), pytorch#172352 and #175253 (torch 2.11: Volta
+only in the cu126 wheels; Maxwell and Pascal, sm_50-61, are absent from the cu128 and cu130 wheels
+too), oneDNN's dispatcher_control.md (ONEDNN_MAX_CPU_ISA levels), PyTorch's ATEN_CPU_CAPABILITY
+(ATen's own vectorised kernels), AMD's "AMD matrix cores" lab note (bf16 matrix cores on MI200,
+gfx90a) and CDNA3 (MI300, gfx942). No Mac ran any of this: every MPS line is untested here, and
+until a Mac run is recorded in data/ (machine, torch, macOS, command) the rule does not train in
+16 bits on MPS by itself.
 """
 import os
 import platform
@@ -41,6 +45,7 @@ ONEDNN_LEVELS = {  # ONEDNN_MAX_CPU_ISA -> the CPU_FLAGS oneDNN may still use (c
 }  # oneDNN doc/performance_considerations/dispatcher_control.md; DEFAULT (or unknown): no limit
 NO_TENSOR_CORES = r"GTX 16|MX[45]50|\bT(400|500|550|600|1000|1200|2000)\b"  # sm_75: TU116/TU117
 ROCM_BF16 = ("gfx90a", "gfx942")  # MI200, MI300: bf16 and fp16 matrix cores (AMD, datasheet)
+ROCM_UNCHECKED = r"gfx950|gfx908|gfx11\d\d|gfx12\d\d"  # MI350, MI100, RDNA3/4 (WMMA): not checked
 WORKLOADS = ("training", "batched inference", "chat decoding")
 DESCRIPTION_KEYS = {"cpu": ("torch", "arch", "system", "flags"),
                     "cuda": ("torch", "name", "capability"),  # ROCm adds "hip" and "gfx"
@@ -55,8 +60,9 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 def cpu_flags() -> tuple[list[str] | None, str]:
     """The :data:`CPU_FLAGS` this CPU reports (None: unreadable) and where they were read, less
-    those oneDNN may not use under ``ONEDNN_MAX_CPU_ISA`` (set to imitate an older CPU). The one
-    reader: the rule and the machine line (``helpers.device.machine_stamp``) both call it."""
+    those oneDNN may not use under ``ONEDNN_MAX_CPU_ISA``. That variable limits oneDNN only; ATen's
+    own kernels follow ``ATEN_CPU_CAPABILITY`` (e.g. avx2): an older CPU is imitated with both. The
+    one reader: the rule and the machine line (``helpers.device.machine_stamp``) both call it."""
     flags, source = _reported_cpu_flags()
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     if flags is None or isa not in ONEDNN_LEVELS:
@@ -119,8 +125,10 @@ def is_arm(d: dict) -> bool:
 
 def native_dtypes(d: dict) -> tuple[torch.dtype, ...]:
     """The 16-bit dtypes the described device computes natively and autocast can use there
-    (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts).
-    Apple GPUs: fp16 only; bf16 is emulated on M1/M2 (transformers#40458). Untested here."""
+    (empty: emulated, or unknown). CPU: the flags, not oneDNN's broader bf16 check (amp-facts);
+    fp16 with AMX-FP16 only: AVX512-FP16 is native fp16 arithmetic, but with it alone PyTorch's fp16
+    matmuls ran at float32's speed (an Emerald Rapids Xeon). Apple GPUs: fp16 only; bf16 is
+    emulated on M1/M2 (transformers#40458). Untested here."""
     native = []
     if unknown_reason(d):
         return ()
@@ -147,6 +155,9 @@ def unknown_reason(d: dict) -> str | None:
     """Why the rule cannot tell for the described device (then: measure), or None."""
     if d["device"] not in ("cpu", "cuda", "mps"):
         return f"{d['device']}: unknown here"
+    if d["device"] == "cuda" and d.get("hip") and re.fullmatch(ROCM_UNCHECKED, d.get("gfx") or ""):
+        return (f"ROCm GPU {d['gfx']}: 16-bit matrix cores (MI350, MI100) or WMMA (RDNA3/4), but "
+                "which dtypes PyTorch's ROCm kernels run fast there is not checked here: measure")
     if d["device"] == "cuda" and d.get("hip") and d.get("gfx") not in ROCM_BF16:
         return (f"ROCm GPU {d.get('gfx') or '(no gfx name)'}: the rule knows the matrix cores of "
                 f"{' and '.join(ROCM_BF16)} only")
@@ -169,6 +180,9 @@ def label(d: dict) -> str:
         return f"{d['name']} ({d['gfx']}, ROCm)"
     if d["device"] == "cuda" and tuple(d["capability"]) == (7, 0):
         return f"{d['name']} (sm_70; torch 2.11+ has it in the cu126 wheels only)"
+    if d["device"] == "cuda" and tuple(d["capability"]) < (7, 0):  # sm_50-61: Maxwell, Pascal
+        major, minor = d["capability"]
+        return f"{d['name']} (sm_{major}{minor}; the cu128 and cu130 wheels lack it: cu126 ones)"
     if d["device"] == "cuda":
         return "%s (sm_%d%d)" % (d["name"], *d["capability"])
     if d["device"] == "mps":
@@ -180,6 +194,9 @@ def why_float32(d: dict) -> str:
     """Why 16-bit work will not pay on a device without native 16-bit arithmetic."""
     if d["device"] == "mps":
         return "no MPS autocast before torch 2.5 (pytorch#99272)"
+    if d["device"] == "cpu" and "avx512_fp16" in d["flags"]:
+        return ("AVX512-FP16 computes fp16 natively, but without AMX-FP16 PyTorch's fp16 matmuls "
+                "ran at float32's speed (an Emerald Rapids Xeon, measured for this course)")
     if d["device"] == "cpu":
         return ("no native 16-bit arithmetic: 16-bit matmuls run by conversion through float32 "
                 "(oneDNN's bf16 path too), slower where compute-bound (00 §2)")
@@ -194,17 +211,26 @@ def why_float32(d: dict) -> str:
 def why_fp16(d: dict, workload: str) -> str:
     """The reason, and its caveats, for float16 on a device whose native 16-bit type it is."""
     if workload == "chat decoding":
-        return ("fp16 weights halve the bytes read per token, but bf16-trained checkpoints can "
-                "overflow in fp16 (transformers#36822, #5651): run 08's overflow audit first, or "
-                "keep float32 weights under fp16 autocast, the whole generate loop in one context")
+        return ("fp16 weights halve the bytes per token, but bf16-trained checkpoints can "
+                "overflow (transformers#36822, #5651): run 08's overflow audit, then keep the "
+                "modules it names in float32 (autocast off around them, inputs cast with "
+                ".float(): 08 §7), or serve in float32")
     if workload == "batched inference":
         return ("autocast keeps the ops on its float32 list in float32, where fp16 could "
                 "overflow past 65504 (06)")
-    if d["device"] == "mps":
-        return ("fp16, Apple GPUs' native 16-bit type; GradScaler on MPS from torch 2.8 "
-                "(pytorch#150255): float32 master weights (pytorch#184286), a non-fused "
-                "optimizer (fused Adam ignored found_inf until pytorch#186360)")
     return "fp16 tensor cores; fp16 gradients underflow without a GradScaler (04)"
+
+
+def mps_training(d: dict) -> Advice:
+    """Training on an Apple GPU: float32 before GradScaler's MPS kernels, then "measure": no Mac run
+    is recorded in this course's data/, so the rule does not train in 16 bits there by itself."""
+    if version_tuple(d["torch"]) < (2, 8):
+        return Advice(torch.float32, "float32", f"{label(d)}: GradScaler has MPS kernels from "
+                      "torch 2.8 (pytorch#150255; it raised in 2.5: pytorch#142397)")
+    return Advice(None, "measure", f"{label(d)}: no Mac run is recorded here: measure fp16 + "
+                  "GradScaler (MPS kernels from torch 2.8, pytorch#150255) against float32; fixes "
+                  "for zeroed MPS unscale (pytorch#184286), fused Adam ignoring found_inf "
+                  "(#186360): release not checked")
 
 
 def choose_precision(d: dict) -> dict[str, Advice]:
@@ -225,9 +251,8 @@ def choose_precision(d: dict) -> dict[str, Advice]:
         training = Advice(torch.float16, "autocast + GradScaler",
                           f"{where}: {why_fp16(d, 'training')}")
         batched = Advice(torch.float16, "autocast", f"{where}: {why_fp16(d, 'batched inference')}")
-    if native and d["device"] == "mps" and version_tuple(d["torch"]) < (2, 8):
-        training = Advice(torch.float32, "float32", f"{where}: GradScaler has MPS kernels from "
-                          "torch 2.8 (pytorch#150255; it raised in 2.5: pytorch#142397)")
+    if native and d["device"] == "mps":
+        training = mps_training(d)
     if d["device"] == "cuda" and native == (torch.float16,):
         chat = Advice(torch.float16, "16-bit weights", f"{where}: {why_fp16(d, 'chat decoding')}")
     elif d["device"] == "cuda" and native:

@@ -74,14 +74,22 @@ def a_mac(monkeypatch, version: str, macos: str) -> None:
     monkeypatch.delenv("AMP_COURSE_DEVICE", raising=False)
 
 
-@pytest.mark.parametrize("version, macos, dtype, picked", [
-    ("2.5.1", "14.5", None, "cpu"), ("2.7.1", "14.5", None, "cpu"),  # no GradScaler on MPS (pytorch#150255)
-    ("2.8.0", "13.6", torch.float16, "mps"), ("2.8.0", "14.5", torch.float16, "mps"),
-    ("2.14.1", "15.3", torch.float16, "mps")])
-def test_the_notebooks_mps_dtype_follows_the_rule(monkeypatch, version, macos, dtype, picked):
-    """fp16 + GradScaler on MPS only where the rule trains so (torch 2.8 on); never bf16 (emulated on M1/M2)."""
+@pytest.mark.parametrize("version, macos, dtype", [
+    ("2.5.1", "14.5", None), ("2.7.1", "14.5", None),  # no GradScaler on MPS (pytorch#150255)
+    ("2.8.0", "13.6", torch.float16), ("2.8.0", "14.5", torch.float16), ("2.14.1", "15.3", torch.float16)])
+def test_a_mac_trains_on_the_cpu_unless_the_learner_asks_for_mps_and_then_hears_it_is_untested(
+        monkeypatch, version, macos, dtype):
+    """No Mac run is recorded: the course never picks MPS by itself (the rule says measure there, 48.1);
+    AMP_COURSE_DEVICE=mps opts in, the machine line says untested, and the lessons show fp16 + GradScaler
+    from torch 2.8 (never bf16: emulated on M1/M2)."""
     a_mac(monkeypatch, version, macos)
-    assert helpers.pick_device().type == picked  # the best device: MPS only where it trains in 16 bits
+    assert helpers.pick_device().type == "cpu"
+    assert helpers.choose_precision(helpers.describe_device("mps"))["training"].dtype is not torch.float16
+    assert helpers.autocast_dtype(helpers.pick_device()) is torch.bfloat16  # the CPU's, with the CPU
+    monkeypatch.setenv("AMP_COURSE_DEVICE", "mps")
+    device = helpers.pick_device()
+    assert device == torch.device("mps")
+    assert "untested here" in helpers.machine_stamp(device) and "AMP_COURSE_DEVICE=mps" in helpers.machine_stamp(device)
     if dtype is None:
         with pytest.raises(ValueError, match=r"cannot train in 16 bits on MPS.*pytorch#150255.*=cpu"):
             helpers.autocast_dtype("mps")
@@ -92,6 +100,7 @@ def test_the_notebooks_mps_dtype_follows_the_rule(monkeypatch, version, macos, d
 def test_one_cpu_switch_moves_the_device_and_its_autocast_dtype(monkeypatch):
     """AMP_COURSE_DEVICE=cpu on a Mac with torch 2.8: the device *and* the amp dtype are the CPU's."""
     a_mac(monkeypatch, "2.8.0", "14.5")
+    monkeypatch.setenv("AMP_COURSE_DEVICE", "mps")
     assert helpers.pick_device() == torch.device("mps")
     assert helpers.autocast_dtype(helpers.pick_device()) is torch.float16
     monkeypatch.setenv("AMP_COURSE_DEVICE", "cpu")
@@ -102,6 +111,27 @@ def test_one_cpu_switch_moves_the_device_and_its_autocast_dtype(monkeypatch):
     monkeypatch.setenv("AMP_COURSE_DEVICE", "tpu")
     with pytest.raises(ValueError, match="cpu, cuda, mps"):
         helpers.pick_device()
+
+
+@pytest.mark.parametrize("flags", [[], ["avx512f"], ["avx_ne_convert"], None],
+                         ids=["AVX2", "AVX512F", "AVX-NE-CONVERT", "unreadable"])
+def test_the_notebooks_fallback_dtype_runs_where_the_rule_says_float32_or_measure(monkeypatch, flags):
+    """On a CPU whose rule trains in bf16 the fallback never runs: here a simulated CPU without native
+    16-bit arithmetic, where the lessons autocast to emulated bf16 and size their work as emulated."""
+    monkeypatch.setattr(precision_module, "_reported_cpu_flags", lambda: (flags, "a simulated description"))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    training = helpers.choose_precision(helpers.describe_device("cpu"))["training"]
+    assert training.how == ("measure" if flags is None else "float32")
+    dtype = helpers.autocast_dtype("cpu")
+    assert dtype is torch.bfloat16 and not helpers.needs_grad_scaler(dtype)
+    assert helpers.workload(dtype, 1024, 64) == 64  # emulated: the reduced size
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    batches = [(torch.randn(16, 8), torch.randint(0, 4, (16,)))] * 2
+    log = helpers.train(model, batches, torch.optim.SGD(model.parameters(), lr=0.1), amp_dtype=dtype)
+    assert len(log.losses) == 2 and all(torch.tensor(log.losses).isfinite())
+    with torch.amp.autocast("cpu", dtype=dtype):
+        assert model(batches[0][0]).dtype is torch.bfloat16  # the fallback really autocasts
 
 
 def test_every_notebook_takes_its_device_from_pick_device_or_runs_on_the_cpu():

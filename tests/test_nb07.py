@@ -32,8 +32,7 @@ def test_the_table_shows_every_kind_with_the_rules_advice():
     assert table["AMD MI200, MI300 (ROCm gfx90a, gfx942)"] == ["bf16 autocast", "bf16 weights", "bf16 weights"]
     assert table["V100 (sm_70)"] == ["fp16 autocast + GradScaler", "fp16 autocast", "fp16 weights, audit first"]
     assert table["Apple GPU, torch 2.5-2.7 (untested here)"] == ["float32", "fp16 autocast", "measure"]
-    assert table["Apple GPU, torch 2.8+ (untested here)"] == ["fp16 autocast + GradScaler", "fp16 autocast",
-                                                             "measure"]
+    assert table["Apple GPU, torch 2.8+ (untested here)"] == ["measure", "fp16 autocast", "measure"]  # no Mac run
     assert not [row for row in rows[1:] if row[0].startswith("Apple GPU") and "bf16" in " ".join(row[1:])]
 
 

@@ -1,7 +1,9 @@
 """helpers.precision: the documented recipe for each kind of device, from made-up descriptions (no GPU,
 no measurement), and describe_device on this machine and on simulated macOS and Windows."""
 import ast
+import copy
 import inspect
+import json
 import subprocess
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import torch
 
 from helpers import precision
 from helpers.precision import Advice, choose_precision, describe_device, native_dtypes
+from tools import copies
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -40,7 +43,7 @@ MEASURE = ((None, "measure"),) * 3
 TENSOR_CORES_FP16 = ((FP16, "autocast + GradScaler"), (FP16, "autocast"), (FP16, "16-bit weights"))
 GPU_BF16 = ((BF16, "autocast"), (BF16, "16-bit weights"), (BF16, "16-bit weights"))
 MPS_INFERENCE_FP16 = ((FP32, "float32"), (FP16, "autocast"), (None, "measure"))
-MPS_FP16 = ((FP16, "autocast + GradScaler"), (FP16, "autocast"), (None, "measure"))
+MPS_UNTESTED = ((None, "measure"), (FP16, "autocast"), (None, "measure"))  # no Mac run recorded
 
 # (kind, description, (dtype, how) for training, batched inference, chat decoding, words in the reasons)
 RECIPES = [
@@ -52,6 +55,8 @@ RECIPES = [
      "native bf16"),
     ("AMX-FP16 (Granite Rapids)", cpu("avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"),
      CPU_BF16, "native bf16"),
+    ("AVX512-FP16 without BF16 (made up)", cpu("avx512f", "avx512_fp16"), FLOAT32,
+     "AVX512-FP16 computes fp16 natively"),
     ("Arm with BF16 (Graviton 3)", cpu("bf16", arch="aarch64"), CPU_BF16, "native bf16"),
     ("Arm without BF16 (Graviton 2)", cpu(arch="aarch64"), FLOAT32, "conversion through float32"),
     ("Apple CPU with BF16 (M2 on)", cpu("bf16", arch="arm64", system="Darwin"), MEASURE, "without oneDNN"),
@@ -59,7 +64,7 @@ RECIPES = [
     ("Windows on Arm with BF16", cpu("bf16", arch="ARM64", system="Windows"), MEASURE, "Windows on Arm"),
     ("Windows on Arm without BF16", cpu(arch="ARM64", system="Windows"), FLOAT32, "conversion through"),
     ("Windows, flags unreadable", WINDOWS, MEASURE, "CPU flags unreadable"),
-    ("P100", cuda("Tesla P100-PCIE-16GB", (6, 0)), FLOAT32, "accumulate in float32"),
+    ("P100", cuda("Tesla P100-PCIE-16GB", (6, 0)), FLOAT32, "cu128 and cu130 wheels lack it"),
     ("GTX 1080 (sm_61)", cuda("NVIDIA GeForce GTX 1080", (6, 1)), FLOAT32, "1/64"),
     ("GTX 16xx", cuda("NVIDIA GeForce GTX 1660 Ti", (7, 5)), FLOAT32, "no tensor cores"),
     ("T1000", cuda("NVIDIA T1000", (7, 5)), FLOAT32, "no tensor cores"),
@@ -71,7 +76,11 @@ RECIPES = [
     ("H100", cuda("NVIDIA H100 80GB HBM3", (9, 0)), GPU_BF16, "native bf16"),
     ("ROCm MI250X (gfx90a)", rocm("AMD Instinct MI250X", "gfx90a"), GPU_BF16, "gfx90a, ROCm"),
     ("ROCm MI300X (gfx942)", rocm("AMD Instinct MI300X", "gfx942"), GPU_BF16, "gfx942, ROCm"),
-    ("ROCm RX 7900 (gfx1100)", rocm("AMD Radeon RX 7900 XTX", "gfx1100"), MEASURE, "gfx1100"),
+    ("ROCm RX 7900 (gfx1100)", rocm("AMD Radeon RX 7900 XTX", "gfx1100"), MEASURE, "WMMA (RDNA3/4)"),
+    ("ROCm RX 9070 (gfx1201)", rocm("AMD Radeon RX 9070 XT", "gfx1201"), MEASURE, "WMMA (RDNA3/4)"),
+    ("ROCm MI355X (gfx950)", rocm("AMD Instinct MI355X", "gfx950"), MEASURE, "not checked here"),
+    ("ROCm MI100 (gfx908)", rocm("AMD Instinct MI100", "gfx908"), MEASURE, "not checked here"),
+    ("ROCm MI50 (gfx906)", rocm("AMD Instinct MI50", "gfx906"), MEASURE, "knows the matrix cores"),
     ("ROCm, no gfx name", rocm("AMD Instinct MI300X", None), MEASURE, "no gfx name"),
     ("XPU", {"device": "xpu", "torch": "2.14.1", "arch": "x86_64"}, MEASURE, "unknown here"),
 ]
@@ -82,9 +91,9 @@ MPS_MATRIX = [
     ("2.5.1", "13.6", MPS_INFERENCE_FP16, "pytorch#142397"), ("2.5.1", "14.5", MPS_INFERENCE_FP16, "pytorch#150255"),
     ("2.6.0", "13.6", MPS_INFERENCE_FP16, "pytorch#150255"), ("2.6.0", "14.5", MPS_INFERENCE_FP16, "pytorch#150255"),
     ("2.7.1", "14.5", MPS_INFERENCE_FP16, "pytorch#150255"),
-    ("2.8.0", "13.6", MPS_FP16, "pytorch#186360"), ("2.8.0", "14.5", MPS_FP16, "pytorch#184286"),
-    ("2.9.0", "13.6", MEASURE, "pytorch#162921"), ("2.9.0", "14.5", MPS_FP16, "non-fused optimizer"),
-    ("2.14.1", "13.7", MEASURE, "needs macOS 14"), ("2.14.1", "15.3", MPS_FP16, "float32 master weights"),
+    ("2.8.0", "13.6", MPS_UNTESTED, "#186360"), ("2.8.0", "14.5", MPS_UNTESTED, "pytorch#184286"),
+    ("2.9.0", "13.6", MEASURE, "pytorch#162921"), ("2.9.0", "14.5", MPS_UNTESTED, "no Mac run is recorded"),
+    ("2.14.1", "13.7", MEASURE, "needs macOS 14"), ("2.14.1", "15.3", MPS_UNTESTED, "release not checked"),
 ]
 RECIPES += [(f"MPS, torch {t}, macOS {m}", mps(t, m), expected, words) for t, m, expected, words in MPS_MATRIX]
 
@@ -124,22 +133,26 @@ def test_chat_decoding_on_a_cpu_points_to_the_cell_that_measures_it():
         assert chat.how == "measure" and "memory-bound" in chat.reason and "08 §5" in chat.reason
 
 
-def test_mps_training_waits_for_grad_scalers_mps_kernels_and_names_their_fixes():
+def test_mps_training_is_never_16_bit_by_rule_until_a_mac_run_is_recorded():
+    """Before GradScaler's MPS kernels: float32; from them on, "measure", untested, with its sources."""
     before = choose_precision(mps("2.6.0", "14.5"))["training"]
     assert before.how == "float32" and "pytorch#150255" in before.reason and "pytorch#142397" in before.reason
-    after = choose_precision(mps("2.8.0", "14.5"))["training"]
-    assert after.how == "autocast + GradScaler" and "untested here" in after.reason
-    assert "float32 master weights" in after.reason and "non-fused optimizer" in after.reason
-    assert "found_inf" in after.reason and "pytorch#186360" in after.reason
+    for version in ("2.8.0", "2.9.0", "2.14.1", "2.20.0"):
+        after = choose_precision(mps(version, "15.3"))["training"]
+        assert (after.dtype, after.how) == (None, "measure"), version
+        for words in ("untested here", "no Mac run is recorded", "pytorch#150255", "pytorch#184286",
+                      "#186360", "found_inf", "release not checked"):
+            assert words in after.reason, words
 
 
 @pytest.mark.parametrize("name, capability", [("Tesla T4", (7, 5)), ("Tesla V100-SXM2-32GB", (7, 0))])
 def test_fp16_decoding_on_a_t4_or_v100_carries_the_overflow_caveat_and_its_two_ways(name, capability):
     chat = choose_precision(cuda(name, capability))["chat decoding"]
     assert (chat.dtype, chat.how) == (FP16, "16-bit weights")
-    for words in ("overflow", "transformers#36822", "#5651", "08's overflow audit", "fp16 autocast",
-                  "whole generate loop in one context"):
+    for words in ("overflow", "transformers#36822", "#5651", "08's overflow audit, then keep",
+                  "in float32 (autocast off around them", ".float()", "or serve in float32"):
         assert words in chat.reason, words
+    assert "float32 weights" not in chat.reason  # under autocast they protect nothing (47.1)
     assert ("cu126" in chat.reason) == (capability == (7, 0))  # the V100 wheel note
     bf16_gpu = choose_precision(cuda("NVIDIA A100-SXM4-80GB", (8, 0)))["chat decoding"]
     assert "overflow" not in bf16_gpu.reason  # bf16 has float32's range
@@ -232,7 +245,7 @@ def test_the_rule_is_plain_pytorch_and_short():
     assert imported <= {"os", "platform", "re", "subprocess", "pathlib", "typing", "torch"}, imported
     decision = [precision.choose_precision, precision.native_dtypes, precision.why_float32,
                 precision.why_fp16, precision.unknown_reason, precision.label, precision.is_arm,
-                precision.missing_keys]
+                precision.missing_keys, precision.mps_training]
     lines = sum(len(inspect.getsource(f).splitlines()) for f in decision)
     assert 40 <= lines <= 150, lines
     assert len(inspect.getsource(precision.choose_precision).splitlines()) <= 30  # one notebook cell
@@ -316,3 +329,47 @@ def test_a_description_read_from_json_works_too():
         made_up = json.loads(json.dumps(cuda(name, capability)))
         assert made_up["capability"] == list(capability)
         assert choose_precision(made_up) == choose_precision(cuda(name, capability))
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def notebook_definition(prefix: str, name: str):
+    """The class or function ``name`` exactly as notebook ``prefix`` defines it, run alone."""
+    path = next(NOTEBOOKS.glob(f"{prefix}_*.ipynb"))
+    nodes = [copies.top_level(text).get(name) for text in copies.code_cells(path)]
+    node = next(node for node in nodes if node is not None)
+    namespace = {"torch": torch}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), path.name, "exec"), namespace)
+    return namespace[name]
+
+
+def test_08s_float32_island_runs_its_matmul_in_float32_under_fp16_autocast():
+    """Autocast runs a Linear in float16 whatever its weights' dtype: the island turns it off."""
+    island_class = notebook_definition("08", "Float32")
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 32)
+    x = 300 * torch.randn(4, 32, generator=torch.Generator().manual_seed(0))
+    reference = linear(x)  # float32, no autocast
+    island = island_class(copy.deepcopy(linear))
+    seen = []
+    island.inner.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    with torch.no_grad(), torch.amp.autocast("cpu", dtype=FP16):  # CPU fp16 autocast: torch 2.2 on
+        assert linear(x).dtype == FP16  # autocast is on: a bare float32 Linear computes in float16
+        kept = island(x)
+        cast_back = island(x.half())
+    assert seen == [FP32, FP32]
+    assert kept.dtype == FP32 and torch.equal(kept, reference)  # the float32 matmul, bit for bit
+    assert cast_back.dtype == FP16
+
+
+def test_the_decoding_caveat_says_float32_islands_in_the_rule_its_copies_and_07s_prose():
+    recipe = (NOTEBOOKS / "take_home_recipe.py").read_text()
+    notebook = json.loads(next(NOTEBOOKS.glob("07_*.ipynb")).read_text())
+    prose = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    code = "\n".join(copies.code_cells(next(NOTEBOOKS.glob("07_*.ipynb"))))
+    for text in (Path(precision.__file__).read_text(), recipe, code):
+        assert "in float32 (autocast off around them" in text and "or serve in float32" in text
+        assert "keep float32 weights under fp16 autocast" not in text
+    assert "in float32 (autocast off around them" in prose and "or serve in float32" in prose
+    assert "or keep float32 weights" not in prose

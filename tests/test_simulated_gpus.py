@@ -191,6 +191,7 @@ def test_gpus_without_tensor_cores_are_not_called_fast(fake_cuda, gpu, rate):
     assert advice["training"].how == "float32" and advice["batched inference"].how == "float32"
     assert rate in advice["training"].reason
     assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is False
+    assert helpers.autocast_dtype("cuda") == torch.float16  # the lessons' fallback: CUDA's default, emulated
     fake_cuda(Gpu("Tesla T4", (7, 5), "T4"))  # the same capability with tensor cores
     assert (torch.float16 in helpers.precision.native_dtypes(helpers.precision.describe_device("cuda"))) is True
     advice = helpers.precision.choose_precision(helpers.precision.describe_device("cuda"))

@@ -34,6 +34,7 @@ MPS_25_MACOS_14 = {"device": "mps", "torch": "2.5.1", "macos": "14.5"}
 MPS_26_MACOS_13 = {"device": "mps", "torch": "2.6.0", "macos": "13.6"}
 MPS_28 = {"device": "mps", "torch": "2.8.0", "macos": "14.5"}
 MPS_29_MACOS_13 = {"device": "mps", "torch": "2.9.0", "macos": "13.6"}
+MPS_NEWEST = {"device": "mps", "torch": "2.14.1", "macos": "15.3"}
 
 
 def load_recipe(path: Path = SCRIPT):
@@ -149,11 +150,12 @@ def decisions(description: dict) -> dict[str, tuple[str, torch.dtype | None]]:
     (MPS_24, ("float32", torch.float32), ("float32", torch.float32)),
     (MPS_25_MACOS_14, ("float32", torch.float32), ("autocast", torch.float16)),
     (MPS_26_MACOS_13, ("float32", torch.float32), ("autocast", torch.float16)),
-    (MPS_28, ("autocast + GradScaler", torch.float16), ("autocast", torch.float16)),
+    (MPS_28, ("measure", None), ("autocast", torch.float16)),  # no Mac run recorded: untested, measure
+    (MPS_NEWEST, ("measure", None), ("autocast", torch.float16)),
     (MPS_29_MACOS_13, ("measure", None), ("measure", None)),  # no MPS there: the Apple CPU computes
     ({"device": "cpu", "flags": None}, ("measure", None), ("measure", None)),  # Windows: flags unreadable
-], ids=["T4", "A100", "GTX1650", "MPS-2.4", "MPS-2.5", "MPS-2.6-macOS13", "MPS-2.8", "MPS-2.9-macOS13",
-        "Windows-CPU"])
+], ids=["T4", "A100", "GTX1650", "MPS-2.4", "MPS-2.5", "MPS-2.6-macOS13", "MPS-2.8", "MPS-newest",
+        "MPS-2.9-macOS13", "Windows-CPU"])
 def test_simulated_cuda_mps_and_windows_decisions(description, training, batched):
     got = decisions(description)
     assert got["training"] == training and got["batched inference"] == batched
@@ -161,8 +163,9 @@ def test_simulated_cuda_mps_and_windows_decisions(description, training, batched
 
 @pytest.mark.parametrize("description, how, scaled", [
     (A100, "autocast (torch.bfloat16)", False), (MPS_24, "float32 (torch.float32)", False),
-    (MPS_25_MACOS_14, "float32 (torch.float32)", False), (MPS_28, "autocast + GradScaler (torch.float16)", True)],
-    ids=["A100", "MPS-2.4", "MPS-2.5", "MPS-2.8"])
+    (MPS_25_MACOS_14, "float32 (torch.float32)", False), (MPS_28, "measure (float32 until you measure)", False),
+    (T4, "autocast + GradScaler (torch.float16)", True)],
+    ids=["A100", "MPS-2.4", "MPS-2.5", "MPS-2.8", "T4"])
 def test_a_made_up_device_trains_here_with_its_recipe(capsys, description, how, scaled):
     """Each recipe run in this process on the CPU (``--device cpu``): MPS by simulation, untested on a Mac."""
     recipe = load_recipe()
@@ -172,6 +175,35 @@ def test_a_made_up_device_trains_here_with_its_recipe(capsys, description, how, 
     out = capsys.readouterr().out
     assert f"training:          {how}" in out
     assert ("untested here" in out) == (description["device"] == "mps")
+
+
+class Stopped(Exception):
+    """Raised where a test stops the recipe after its first lines (no Mac here to train on MPS)."""
+
+
+def test_the_recipe_picks_mps_only_when_asked_and_then_says_it_is_untested(monkeypatch, capsys):
+    """A simulated Mac on the newest torch: the recipe's own choice is the CPU (the rule says measure on MPS
+    until a Mac run is recorded); AMP_COURSE_DEVICE=mps opts in, and the output says untested (48.1)."""
+    recipe = load_recipe()
+    monkeypatch.setattr(torch, "__version__", MPS_NEWEST["torch"])
+    monkeypatch.setattr(recipe.platform, "mac_ver", lambda: (MPS_NEWEST["macos"], ("", "", ""), "arm64"))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("AMP_COURSE_DEVICE", raising=False)
+    assert recipe.pick_device() == torch.device("cpu")
+    assert recipe.choose_precision(recipe.describe_device("mps"))["training"].how == "measure"
+    monkeypatch.setenv("AMP_COURSE_DEVICE", "mps")
+    assert recipe.pick_device() == torch.device("mps")
+
+    def stop(*args, **kwargs):
+        raise Stopped
+
+    monkeypatch.setattr(recipe, "make_model", stop)
+    with pytest.raises(Stopped):
+        recipe.main([])
+    out = capsys.readouterr().out
+    assert out.startswith("Running on mps (your choice, untested here: no Mac run is recorded)")
+    assert "training:          measure (float32 until you measure)" in out and "no Mac run is recorded" in out
 
 
 def test_the_mps_on_torch_24_autocast_line_runs_where_the_old_one_raised():
