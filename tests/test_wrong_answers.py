@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from helpers.device import autocast_dtype
 from helpers.exercises import feedback
 from helpers.solutions import nb00 as sol00
 
@@ -130,3 +131,31 @@ def test_01_5_a_mean_of_the_round_ratios_is_named():
 def test_01_5_a_ratio_of_the_sides_medians_loses_the_pairing():
     reason = feedback("01.5", cell(summary="statistics.median(b_times) / statistics.median(c_times)"))
     assert reason is not None and "loses the pairing" in reason, reason
+
+
+# --- 06.4: serve in the machine's autocast dtype -----------------------------------------------------------------
+
+def serving(finish):
+    """A right repair of 06.4 whose last step, ``finish(logits)``, is the learner's change."""
+    def serve(model, request):
+        model.eval()
+        with torch.inference_mode(), torch.autocast(request.device.type, dtype=autocast_dtype(request.device)):
+            return finish(model(request))
+    return serve
+
+
+def test_06_4_probabilities_instead_of_logits_are_named():
+    reason = feedback("06.4", serving(lambda logits: logits.float().softmax(-1)))
+    assert reason is not None and "returns probabilities" in reason, reason
+
+
+def test_06_4_the_predicted_class_is_named_not_called_another_class():
+    reason = feedback("06.4", serving(lambda logits: logits.argmax(dim=1)))
+    assert reason is not None and "returns the predicted class" in reason and "another class" not in reason, reason
+
+
+def test_06_4_log_probabilities_and_a_numpy_array_are_named():
+    reason = feedback("06.4", serving(lambda logits: logits.float().log_softmax(-1)))
+    assert reason is not None and "log-probabilities" in reason, reason
+    reason = feedback("06.4", serving(lambda logits: logits.float().numpy()))
+    assert reason is not None and "returns a ndarray" in reason, reason
