@@ -118,6 +118,9 @@ class ServingJudge:
             return "serving changed the model's weights (an optimizer step)"
         if moved:
             return "serving changed BatchNorm's running statistics (the model is in training mode)"
+        if not all(torch.is_tensor(o) for o in outputs):
+            kind = type(next(o for o in outputs if not torch.is_tensor(o))).__name__
+            return f"serve returns a {kind}: return the logits as the tensor the model gives (one row per request)"
         if not all(torch.is_inference(o) for o in outputs):
             return "the logits are not inference tensors (serve under torch.inference_mode())"
         if any("nll_loss" in op.name or "cross_entropy" in op.name for op in ops):
@@ -126,10 +129,41 @@ class ServingJudge:
         if conv != {dtype}:
             ran = ", ".join(sorted(str(d).removeprefix("torch.") for d in conv))
             return f"the convolutions ran in {ran}, not in {name} (this machine's autocast dtype)"
+        reason = _why_not_logits(outputs, _float32_logits(images.to(device)))
+        if reason is not None:
+            return reason
         wrong = sum(int(o.argmax()) != int(y) for o, y in zip(outputs, labels))
         if wrong:
             return f"{wrong} of {len(labels)} requests got another class than the trained model's"
         return None
+
+
+def _float32_logits(images: torch.Tensor) -> torch.Tensor:
+    """The trained model's float32 logits of each image (eval mode), one row each."""
+    model = load_reference_model(device=images.device).eval()
+    with torch.inference_mode():
+        return model(images).float()
+
+
+def _why_not_logits(outputs: list, logits: torch.Tensor) -> str | None:
+    """What the outputs (tensors) are, if not the logits (one row of classes per request, as the broken
+    serve returned): class indices, probabilities, log-probabilities, or other numbers."""
+    if any(o.shape != (1, logits.shape[1]) for o in outputs):
+        shapes = sorted({tuple(o.shape) for o in outputs})
+        if not any(o.is_floating_point() for o in outputs) or all(o.numel() == 1 for o in outputs):
+            return (f"serve returns the predicted class (shape {shapes[0]}), not the logits: return the "
+                    f"model's output, one row of {logits.shape[1]} logits per request")
+        return f"serve returns tensors of shape {shapes}, not one row of {logits.shape[1]} logits per request"
+    got = torch.cat([o.float() for o in outputs])
+    if (got >= 0).all() and torch.allclose(got.sum(-1), torch.ones(len(got)), atol=1e-2):
+        return "serve returns probabilities (a softmax of the logits): return the logits themselves"
+    if (got <= 0).all() and torch.allclose(got.exp().sum(-1), torch.ones(len(got)), atol=1e-2):
+        return "serve returns log-probabilities (a log_softmax): return the logits themselves"
+    error = (got - logits).abs().max().item()
+    if error > 0.05 * logits.abs().max().item():  # bfloat16 autocast: well under 1 %
+        return (f"the logits differ from the trained model's by up to {error:.3g}: serve the model as "
+                "loaded, in eval mode, under autocast")
+    return None
 
 
 SOLUTIONS = {
