@@ -240,3 +240,36 @@ def test_the_cells_pad_to_leaves_an_aligned_tensor_alone():
     pad_to = cell_namespace()["pad_to"]
     x = torch.randn(4, 32)
     assert pad_to(x, 16) is x and pad_to(x, 32) is x
+
+
+def test_the_cells_fp8_matmul_hands_the_scaled_matmul_only_shapes_cublas_accepts():
+    """The scaled-matmul branch, simulated (no GPU here): mat1's columns and both dimensions of mat2
+    must be multiples of 16 (Blas.cpp's checks), so b's rows are padded as well as the contraction,
+    and the result is cut back to b's rows."""
+    namespace = cell_namespace()
+    seen = []
+
+    def fake_scaled_mm(qa, qb, scale_a, scale_b, scaling):
+        seen.append((tuple(qa.shape), tuple(qb.shape), tuple(scale_a.shape), tuple(scale_b.shape)))
+        assert qa.shape[1] % 16 == 0 and qb.shape[0] % 16 == 0 and qb.shape[1] % 16 == 0
+        return ((qa.float() * scale_a) @ (qb.float() * scale_b)).bfloat16()
+
+    namespace.update(scaled_mm=fake_scaled_mm, FAST={"tensorwise": True, "rowwise": True})
+    generator = torch.Generator().manual_seed(4)
+    a, b = torch.randn(20, 15, generator=generator), torch.randn(30, 15, generator=generator)
+    for scaling in ("tensorwise", "rowwise"):
+        got = namespace["fp8_matmul"](a, b, (torch.float8_e4m3fn,) * 2, scaling)
+        assert got.shape == (20, 30) and got.dtype == torch.bfloat16
+        assert ((got.float() - a @ b.T).norm() / (a @ b.T).norm()) < 0.1
+    rows = {"tensorwise": (1, 1), "rowwise": (20, 1)}
+    assert seen == [((20, 16), (16, 32), rows[s], (1, 1) if s == "tensorwise" else (1, 32))
+                    for s in ("tensorwise", "rowwise")]
+
+
+def test_the_cells_pad_to_pads_any_axis_with_zeros():
+    pad_to = cell_namespace()["pad_to"]
+    x = torch.randn(30, 15)
+    rows = pad_to(x, 16, dim=0)
+    assert rows.shape == (32, 15) and torch.equal(rows[:30], x) and rows[30:].eq(0).all()
+    assert pad_to(x, 16).shape == (30, 16) and pad_to(x, 16, dim=1).shape == (30, 16)
+    assert pad_to(torch.randn(2, 3, 5), 4, dim=1).shape == (2, 4, 5)
