@@ -240,3 +240,45 @@ def test_tables_align_their_columns():
     assert len({len(line) for line in lines}) == 1 and "0.2500" in lines[1] and lines[2].endswith("3")
     table = lab.formats_table([("x", "1"), ("yy", "22")], ("format", "n"))
     assert table.splitlines()[0].startswith("format  n") and table.splitlines()[2] == "yy      22"
+
+
+# ---- notebook 11's release branch, §5's arithmetic, the kernels' platform table ------------------------------
+
+
+class _Torch25:
+    """torch 2.5 as pack_int4 sees it: no `_for_cpu` op, a version of 2.5.1, a recording packing op."""
+    __version__ = torch.torch_version.TorchVersion("2.5.1")
+    uint8 = torch.uint8
+
+    def _convert_weight_to_int4pack(self, packed, inner_k_tiles):
+        self.seen = packed
+        return packed
+
+
+def test_torch_2_5_gets_codes_two_a_byte_even_column_high():
+    fake = _Torch25()
+    (pack_int4,) = definitions("11", "pack_int4", namespace={"torch": fake}).values()
+    codes = torch.randint(0, 16, (4, 8), generator=torch.Generator().manual_seed(0))
+    pack_int4(codes)
+    assert fake.seen.dtype == torch.uint8 and fake.seen.shape == (4, 4)
+    assert torch.equal(fake.seen >> 4, codes[:, ::2].to(torch.uint8))
+    assert torch.equal(fake.seen & 15, codes[:, 1::2].to(torch.uint8))
+
+
+def test_the_memory_fit_keeps_embedding_and_head_16_bit():
+    (model_bytes,) = definitions("11", "model_bytes").values()
+    kept = 2 * 128_256 * 4_096
+    int8 = model_bytes(1 + 4 / 4096, 8.03e9, kept) / 2**30
+    int4 = model_bytes(0.5 + 4 / 128, 8.03e9, kept) / 2**30
+    assert 8.4 < int8 < 8.5 and int8 > 8  # does not fit an 8 GiB laptop
+    assert 5.3 < int4 < 5.5 and int4 + 2 < 8  # fits beside a 2 GiB reserve
+    assert model_bytes(2.0, 8.03e9, kept) == 2 * 8.03e9
+
+
+def test_the_kernels_platform_table():
+    (table,) = definitions("11", "vectorised_activations").values()
+    assert table("Linux", "x86_64", "AVX512") == {"bf16"} == table("Darwin", "x86_64", "AVX2")
+    assert table("Windows", "AMD64", "AVX512") == set() == table("Windows", "ARM64", "DEFAULT")
+    assert table("Linux", "aarch64", "DEFAULT") == {"float32", "fp16", "bf16"}
+    assert table("Darwin", "arm64", "DEFAULT") == {"float32", "fp16", "bf16"}
+    assert table("Linux", "x86_64", "DEFAULT") == set()
