@@ -8,7 +8,7 @@ import torch
 
 from .device import last_level_cache_bytes
 from .formats import ALL_FORMATS, bit_fields, format_facts, round_trip
-from .roofs import FAR_BELOW, Roofs
+from .roofs import FAR_BELOW, Roofs, classify
 
 COLOURS = {"float32": "tab:blue", "bfloat16": "tab:green", "float16": "tab:orange"}
 SWEEP_FLOPS = 8e9  # the time budget: float32 FLOPs of the largest batch's call (past batch 32)
@@ -46,8 +46,10 @@ class Roofline:
     points: list[Point]
     roofs: Roofs
 
-    def fraction(self, point: Point) -> float:
-        """The point's FLOP/s over the roof at its intensity, in its dtype."""
+    def fraction(self, point: Point) -> float | None:
+        """The point's FLOP/s over the roof at its intensity, in its dtype (None: no roof)."""
+        if not self.roofs.has_roof(point.dtype):
+            return None
         return point.rate / self.roofs.roof(point.dtype, point.intensity)
 
     def ratios(self, dtype: str) -> dict[int, float]:
@@ -68,9 +70,12 @@ class Roofline:
     def _why(self, d: str, batch: int) -> str:
         """Why ``d`` falls behind float32 at ``batch``, from both points' fractions of their roofs."""
         mine, theirs = self.linear(d, batch), self.linear("float32", batch)
+        side = classify(mine, self.roofs)
+        if side == "no roof":
+            return f"no roof here for {d} (emulated): the kernel decides"
         ridge, share = self.roofs.ridge(d), self.fraction(mine)
         numbers = f"{d} at {share:.0%} of its roof, float32 at {self.fraction(theirs):.0%}"
-        side = "compute" if mine.intensity > ridge else "memory"
+        side = side.removesuffix("-bound")
         if share > 1.2:
             return f"unexplained here: {numbers}, above the roof its square GEMM measured"
         if share < FAR_BELOW:
@@ -90,13 +95,17 @@ class Roofline:
         start = f"keeps up to batch {tied}" if tied else "slower than float32 from batch 1"
         return f"{start}; from batch {lost} under 0.9x float32 ({self._why(d, lost)})"
 
+    def _share(self, point: Point) -> str:
+        share = self.fraction(point)
+        return "no roof" if share is None else f"{share:5.0%}"
+
     def table(self) -> str:
         """Each F.linear point's GFLOP/s and fraction of the roof at its intensity, by batch."""
         batches = sorted({p.size for p in self.points if p.op == "linear"})
         lines = ["batch" + "".join(f"{d:>22}" for d in COLOURS)]
         for b in batches:
             cells = [self.linear(d, b) for d in COLOURS]
-            texts = [f"{p.rate / 1e9:6.1f} GFLOP/s {self.fraction(p):5.0%}" if p else "-"
+            texts = [f"{p.rate / 1e9:6.1f} GFLOP/s {self._share(p)}" if p else "-"
                      for p in cells]
             lines.append(f"{b:>5}" + "".join(f"{t:>22}" for t in texts))
         return "\n".join(lines)
@@ -121,16 +130,17 @@ def plot_roofline(roofline: Roofline, ax=None):
     intensities = [p.intensity for p in roofline.points]
     grid = torch.logspace(math.log10(min(intensities) / 2), math.log10(max(intensities) * 2), 200)
     for d, colour in COLOURS.items():
-        compute = torch.tensor(roofline.roofs.compute[d])
-        roof = torch.minimum(grid * roofline.roofs.bandwidth, compute)
-        ax.loglog(grid, roof / 1e9, color=colour, linewidth=1, alpha=0.6)
+        if roofline.roofs.has_roof(d):  # an emulated dtype has points, no roof
+            compute = torch.tensor(roofline.roofs.compute[d])
+            roof = torch.minimum(grid * roofline.roofs.bandwidth, compute)
+            ax.loglog(grid, roof / 1e9, color=colour, linewidth=1, alpha=0.6)
         for op, marker in (("linear", "o"), ("add", "s")):
             mine = sorted((p for p in roofline.points if (p.dtype, p.op) == (d, op)),
                           key=lambda p: p.size)
             ax.loglog([p.intensity for p in mine], [p.rate / 1e9 for p in mine], marker,
                       color=colour, label=f"{d} {op}")
     ax.set(xlabel="arithmetic intensity (FLOPs per byte moved)", ylabel="achieved GFLOP/s")
-    ax.set_title("Roofs measured here (streaming read, GEMM per dtype); circles: F.linear by batch",
+    ax.set_title("Roofs measured here (streaming read, GEMM per native dtype); circles: F.linear",
                  fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     return ax
