@@ -295,6 +295,9 @@ def test_the_machine_table_follows_the_rule():
     assert rows["x86 CPU, AVX512-BF16"][0] == "autocast, bfloat16"
     assert rows["NVIDIA T4"][0] == "autocast + GradScaler, float16"
     assert rows["Windows, flags unreadable"] == ["measure"] * 3
+    apple_gpus = [row for name, row in rows.items() if name.startswith("Apple GPU")]
+    assert len(apple_gpus) == 5 and not any("float16" in row[0] for row in apple_gpus)  # no Mac run: no fp16 training
+    assert rows["Apple GPU, torch 2.8+, macOS 14+"][0] == "measure"
 
 
 ROUTE_RUNS = os.environ.get("AMP_COURSE_ROUTE") == "1"
