@@ -166,7 +166,8 @@ def test_section_6_links_and_runs_the_take_home_recipe_file():
     section = sources[start:end]
     assert "[`take_home_recipe.py`](take_home_recipe.py)" in section[0]
     code = [s for c, s in zip(all_cells[start:end], section) if c["cell_type"] == "code"]
-    assert code == ["%run take_home_recipe.py"]
+    assert code[0] == "%run take_home_recipe.py" and len(code) == 2
+    assert code[1].endswith("%run take_home_recipe.py --device-description {t4!r}") and "Tesla T4" in code[1]
     assert (Path(notebook_path("07")).parent / "take_home_recipe.py").exists()
     outputs = "".join("".join(o.get("text", "")) for c in all_cells[start:end] for o in c.get("outputs", []))
     assert "training" in outputs and "Checkpoint restored" in outputs  # committed executed

@@ -12,6 +12,7 @@ import torch
 
 from helpers import precision
 from helpers.precision import Advice, choose_precision, describe_device, native_dtypes
+from tests.support import cells, notebook, source
 from tools import copies
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -323,7 +324,6 @@ def test_the_machine_line_never_says_no_16_bit_flags_where_it_cannot_read_them(m
 
 def test_a_description_read_from_json_works_too():
     """A capability given as a JSON list ([7, 5]) decides like the tuple torch returns."""
-    import json
 
     for name, capability in (("Tesla T4", (7, 5)), ("Tesla P100-PCIE-16GB", (6, 0)), ("NVIDIA H100", (9, 0))):
         made_up = json.loads(json.dumps(cuda(name, capability)))
@@ -365,8 +365,7 @@ def test_08s_float32_island_runs_its_matmul_in_float32_under_fp16_autocast():
 
 def test_the_decoding_caveat_says_float32_islands_in_the_rule_its_copies_and_07s_prose():
     recipe = (NOTEBOOKS / "take_home_recipe.py").read_text()
-    notebook = json.loads(next(NOTEBOOKS.glob("07_*.ipynb")).read_text())
-    prose = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    prose = "\n".join(source(c) for c in cells(notebook("07")) if c["cell_type"] == "markdown")
     code = "\n".join(copies.code_cells(next(NOTEBOOKS.glob("07_*.ipynb"))))
     for text in (Path(precision.__file__).read_text(), recipe, code):
         assert "in float32 (autocast off around them" in text and "or serve in float32" in text
